@@ -1,0 +1,114 @@
+"""tsexplore: stream giant N-dimensional arrays into Jupyter.
+
+>>> import tsexplore as tse
+>>> ds = tse.open_dataset("data/cube.zarr")          # lazy xarray.Dataset, engine-backed
+>>> ds["temp"].isel(time=3).values                     # reads only the chunks it needs
+>>> tse.stats()                                        # cache hits, I/O rates, latency
+
+Importing this package never imports ipywidgets, holoviews, torch, tensorflow or cupy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import config, errors
+from .engine import Priority, StatsSnapshot, close_engine, get_engine
+from .errors import TsExploreError
+from .sample import sample_data
+from .sources import SyntheticSource
+from .xarray import open_dataset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Priority",
+    "StatsSnapshot",
+    "TsExploreError",
+    "batches",
+    "close",
+    "explore",
+    "reduce",
+    "stats_panel",
+    "config",
+    "errors",
+    "open_dataset",
+    "sample_data",
+    "stats",
+    "synthetic",
+]
+
+
+def stats() -> StatsSnapshot:
+    """A frozen snapshot of the engine's statistics (hits, bytes, rates, latency, queues)."""
+    return get_engine().snapshot()
+
+
+def reset_stats() -> None:
+    """Zero the engine's counters (the cache keeps its contents)."""
+    get_engine().stats.reset()
+
+
+def close() -> None:
+    """Stop the engine's threads and drop the cache; the next read starts a fresh engine."""
+    close_engine()
+
+
+def synthetic(
+    shape: tuple[int, ...],
+    chunks: Any = None,
+    dtype: Any = "float32",
+    latency: float = 0.0,
+    *,
+    name: str = "data",
+    dims: tuple[str, ...] | None = None,
+    prefetch: Any = "auto",
+    missing: str = "raise",
+) -> Any:
+    """A lazy Dataset over a virtual array of any size (content is a function of position)."""
+    src = SyntheticSource(shape, chunks, dtype, latency, dims)
+    src.name = name  # type: ignore[attr-defined]
+    return open_dataset(src, prefetch=prefetch, missing=missing)
+
+
+def explore(obj: Any, **kwargs: Any) -> Any:
+    """An Explorer widget on a Dataset/DataArray (needs the ``lab`` extra)."""
+    from .ui import explore as _explore
+
+    return _explore(obj, **kwargs)
+
+
+def stats_panel(**kwargs: Any) -> Any:
+    """The live StatsPanel widget on its own (needs the ``lab`` extra)."""
+    from .ui import stats_panel as _stats_panel
+
+    return _stats_panel(**kwargs)
+
+
+def reduce(da: Any, op: str, dim: Any = None, **kwargs: Any) -> Any:
+    """Streaming reduction of a DataArray through the engine; see :mod:`tsexplore.compute`."""
+    from .compute import reduce as _reduce
+
+    return _reduce(da, op, dim=dim, **kwargs)
+
+
+def batches(obj: Any, sample: Any, **kwargs: Any) -> Any:
+    """Chunk-aware shuffled batches for ML; see :mod:`tsexplore.loader`."""
+    from .loader import batches as _batches
+
+    return _batches(obj, sample, **kwargs)
+
+
+class _Session:
+    """``with tse.session(): ...`` closes the engine on exit."""
+
+    def __enter__(self) -> _Session:
+        get_engine()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        close()
+
+
+def session() -> _Session:
+    return _Session()

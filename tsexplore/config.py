@@ -1,0 +1,80 @@
+"""Process-wide settings, read from the environment once and settable at run time.
+
+Environment variables (all optional):
+
+- ``TSEXPLORE_CACHE_BYTES``: chunk-cache budget in bytes (default: 25 % of RAM).
+- ``TSEXPLORE_HTTP_TIMEOUT``: seconds before one remote read times out (default 30).
+- ``TSEXPLORE_RETRIES``: retries of 408/429/5xx answers (default 3).
+- ``TSEXPLORE_SAMPLE_SIZE``: ``"full"`` (default) or ``"small"``; the size of the tutorial
+  data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+
+from .errors import ConfigError
+
+
+def _total_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - exotic platforms
+        return 8 * 2**30
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Frozen view of the settings in force."""
+
+    cache_bytes: int
+    http_timeout: float = 30.0
+    retries: int = 3
+    retry_backoff: float = 0.2
+    wait_timeout: float = 300.0
+    sample_size: str = "full"
+    io_threads: int = 4
+
+
+def _from_env() -> Settings:
+    env = os.environ
+    try:
+        return Settings(
+            cache_bytes=int(env.get("TSEXPLORE_CACHE_BYTES", _total_ram() // 4)),
+            http_timeout=float(env.get("TSEXPLORE_HTTP_TIMEOUT", 30.0)),
+            retries=int(env.get("TSEXPLORE_RETRIES", 3)),
+            wait_timeout=float(env.get("TSEXPLORE_WAIT_TIMEOUT", 300.0)),
+            sample_size=env.get("TSEXPLORE_SAMPLE_SIZE", "full"),
+            io_threads=int(env.get("TSEXPLORE_IO_THREADS", max(4, 2 * (os.cpu_count() or 2)))),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc
+
+
+_settings = _from_env()
+
+
+def get() -> Settings:
+    """Return the settings in force."""
+    return _settings
+
+
+def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
+    """Change settings for this process, e.g. ``tse.config.set(http_timeout=5)``."""
+    global _settings
+    allowed = {f.name for f in fields(Settings)}
+    unknown = sorted(set(changes) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown}; allowed: {sorted(allowed)}")
+    if "cache_bytes" in changes and int(changes["cache_bytes"]) < 0:  # type: ignore[call-overload]
+        raise ConfigError(f"cache_bytes must be >= 0, got {changes['cache_bytes']!r}")
+    if "sample_size" in changes and changes["sample_size"] not in ("full", "small"):
+        raise ConfigError(f"sample_size must be 'full' or 'small', got {changes['sample_size']!r}")
+    _settings = replace(_settings, **changes)  # type: ignore[arg-type]
+    return _settings
+
+
+def total_ram() -> int:
+    """Physical memory of this machine in bytes."""
+    return _total_ram()

@@ -1,0 +1,86 @@
+"""The tsexplore exception hierarchy.
+
+Every error says what was received, what is allowed and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class TsExploreError(Exception):
+    """Root of every error raised on purpose by tsexplore."""
+
+
+class SourceError(TsExploreError):
+    """A source could not be opened or described (unknown format, bad path, bad metadata)."""
+
+
+class UnsupportedSourceError(SourceError, TypeError):
+    """The object given to ``open_dataset`` is of a kind tsexplore cannot read."""
+
+
+class ChunkReadError(TsExploreError):
+    """Reading one chunk failed; the message names the source and the chunk index."""
+
+    def __init__(self, message: str, *, source: str = "", index: tuple[int, ...] | None = None):
+        super().__init__(message)
+        self.source = source
+        self.index = index
+
+
+class MissingChunkError(ChunkReadError, KeyError):
+    """A chunk that the array's metadata promises is absent from the store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return str(self.args[0]) if self.args else ""
+
+
+class CorruptChunkError(ChunkReadError):
+    """A chunk's bytes are short, fail a checksum or decode to the wrong size."""
+
+
+class ReadTimeoutError(ChunkReadError, TimeoutError):
+    """A read (or a wait for one) took longer than its timeout."""
+
+
+class RemoteReadError(ChunkReadError):
+    """A remote store answered with an error that retries did not cure."""
+
+
+class TruncatedFileError(ChunkReadError):
+    """A memory-mapped file is shorter than its header says (it changed under us)."""
+
+
+class RequestCancelledError(TsExploreError):
+    """A request was superseded by a newer view generation or cancelled by its owner."""
+
+
+class EngineClosedError(TsExploreError, RuntimeError):
+    """The engine was closed while work was pending, or used from its own I/O loop."""
+
+
+class IndexingError(TsExploreError, IndexError):
+    """An indexer is out of range or of an unsupported kind."""
+
+
+class MissingDependencyError(TsExploreError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+class ConfigError(TsExploreError, ValueError):
+    """A setting or argument has a value outside what is allowed."""
+
+
+class BackendUnavailableError(TsExploreError, RuntimeError):
+    """A compute backend (e.g. CuPy on a GPU) was asked for but cannot run here."""
+
+
+def missing_dependency(module: str, extra: str, purpose: str) -> MissingDependencyError:
+    """Build the error for an optional dependency that is not importable."""
+    return MissingDependencyError(
+        f"{purpose} needs the optional package {module!r}, which is not installed. "
+        f"Install it with: pip install 'tsexplore[{extra}]'"
+    )
+
+
+class TsExploreWarning(UserWarning):
+    """Something worked but not as asked (e.g. a fallback); turned into errors in the tests."""

@@ -1,0 +1,129 @@
+"""Sources: one :class:`ChunkSource` per array, behind one protocol.
+
+:func:`open_group` turns whatever the user passed to ``open_dataset`` into data-variable
+sources plus eager coordinates and attributes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UnsupportedSourceError
+from .base import ChunkIndex, ChunkSource, SyncChunkSource, normalize_chunks
+from .memory import ArraySource
+from .npy import MemmapSource, open_npy
+from .synthetic import SyntheticSource
+
+__all__ = [
+    "ArraySource",
+    "ChunkIndex",
+    "ChunkSource",
+    "MemmapSource",
+    "SourceGroup",
+    "SyncChunkSource",
+    "SyntheticSource",
+    "normalize_chunks",
+    "open_group",
+    "open_npy",
+]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+
+
+@dataclass
+class SourceGroup:
+    """Everything needed to build an xarray.Dataset over engine-backed variables."""
+
+    variables: dict[str, ChunkSource]
+    coords: dict[str, tuple[tuple[str, ...], np.ndarray, dict]] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_zarr_path(path: str) -> bool:
+    if path.rstrip("/").endswith(".zarr") or "://" in path:
+        return True
+    return os.path.isdir(path) and any(
+        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zgroup", ".zarray")
+    )
+
+
+def open_group(
+    obj: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    missing: str = "raise",
+    grid: Any = None,
+) -> SourceGroup:
+    """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source."""
+    if isinstance(obj, ChunkSource):
+        return SourceGroup({getattr(obj, "name", None) or "data": obj}, attrs=dict(obj.attrs))
+    if isinstance(obj, SourceGroup):
+        return obj
+    if isinstance(obj, (str, Path)):
+        path = os.fspath(obj)
+        lower = path.lower().rstrip("/")
+        if lower.endswith(".npy"):
+            src = open_npy(path, grid)
+            src.name = Path(path).stem  # type: ignore[attr-defined]
+            return SourceGroup({src.name: src})  # type: ignore[attr-defined]
+        if lower.endswith((".nc", ".nc4", ".h5", ".hdf5", ".cdf", ".netcdf")):
+            from .netcdf import open_netcdf
+
+            sources, coords, attrs = open_netcdf(path, grid)
+            return SourceGroup(sources, coords, attrs)
+        if _is_zarr_path(path):
+            from .zarr_source import open_zarr_group
+
+            sources, coords, attrs = open_zarr_group(path, storage_options, missing)
+            return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+        if os.path.isdir(path):
+            try:
+                from .images import open_image_folder
+            except ImportError:  # pragma: no cover - the images module is optional
+                open_image_folder = None  # type: ignore[assignment]
+            if open_image_folder is not None and any(
+                n.lower().endswith(IMAGE_SUFFIXES) for n in os.listdir(path)
+            ):
+                return open_image_folder(path)  # type: ignore[no-any-return]
+        if not os.path.exists(path):
+            raise UnsupportedSourceError(f"{path!r} does not exist")
+        raise UnsupportedSourceError(
+            f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
+            "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5), "
+            ".npy files and folders of images"
+        )
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover
+        xr = None  # type: ignore[assignment]
+    if xr is not None and isinstance(obj, xr.DataArray):
+        obj = obj.to_dataset(name=obj.name if obj.name is not None else "data")
+    if xr is not None and isinstance(obj, xr.Dataset):
+        sources: dict[str, ChunkSource] = {}
+        coords = {}
+        for name, var in obj.variables.items():
+            if name in obj.coords:
+                coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
+            else:
+                sources[str(name)] = ArraySource(
+                    var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name)
+                )
+        return SourceGroup(sources, coords, dict(obj.attrs))
+    if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
+        return SourceGroup({"data": ArraySource(obj, None, grid, None, "data")})
+    raise UnsupportedSourceError(
+        f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
+        "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
+    )
+
+
+async def close_async_resources() -> None:
+    """Close network sessions that live on the calling loop."""
+    from .zarr_source import close_async_fs
+
+    await close_async_fs()

@@ -1,0 +1,158 @@
+"""The ChunkSource contract: one N-dimensional array read one chunk at a time.
+
+A source knows its ``shape``, ``dtype``, ``dims``, native chunk grid (``chunks``: the chunk
+length along each dimension), ``fill_value`` and ``attrs``. The engine asks it for one chunk by
+grid index with ``await source.read_chunk_counted(index)``, which returns the decoded chunk
+(trimmed to the array's edge) and the number of *encoded* bytes that were moved to get it.
+
+Synchronous sources subclass :class:`SyncChunkSource` and implement ``read_chunk_sync``; the
+engine runs those on its thread pool. Asynchronous sources (remote stores) implement
+``read_chunk_counted`` as a coroutine and run on the engine's I/O loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexingError
+
+ChunkIndex = tuple[int, ...]
+
+
+class ChunkSource:
+    """Base class of every source. Subclasses set the attributes in ``__init__``."""
+
+    #: a stable identity for cache keys: equal tokens mean equal content
+    token: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    dims: tuple[str, ...]
+    chunks: tuple[int, ...]
+    fill_value: Any = None
+    attrs: Mapping[str, Any]
+    #: True when reads block a thread (local files, decoders); False for async network reads
+    is_async: bool = False
+    #: a hint of the latency of one read in seconds (None: unknown, learned by the engine)
+    latency_hint: float | None = None
+
+    # -- geometry -------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Number of chunks along each dimension."""
+        return tuple(math.ceil(s / c) if s else 0 for s, c in zip(self.shape, self.chunks))
+
+    @property
+    def nchunks(self) -> int:
+        return math.prod(self.grid_shape)
+
+    def chunk_slices(self, index: ChunkIndex) -> tuple[slice, ...]:
+        """The region of the array covered by chunk ``index``."""
+        self.check_index(index)
+        return tuple(
+            slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, self.chunks, self.shape)
+        )
+
+    def chunk_shape(self, index: ChunkIndex) -> tuple[int, ...]:
+        """Shape of chunk ``index`` once trimmed to the array's edge."""
+        return tuple(sl.stop - sl.start for sl in self.chunk_slices(index))
+
+    def chunk_nbytes(self, index: ChunkIndex | None = None) -> int:
+        """Decoded size of a chunk (of a full interior chunk when ``index`` is None)."""
+        shape = self.chunks if index is None else self.chunk_shape(index)
+        return math.prod(shape) * self.dtype.itemsize
+
+    def check_index(self, index: ChunkIndex) -> None:
+        grid = self.grid_shape
+        if len(index) != len(grid) or any(not 0 <= i < g for i, g in zip(index, grid)):
+            raise IndexingError(
+                f"chunk index {tuple(index)} is outside the chunk grid {grid} of {self!r}"
+            )
+
+    def iter_chunks(self) -> Iterator[ChunkIndex]:
+        """Every chunk index in C order (lazy; never materialises the grid)."""
+        return itertools.product(*(range(g) for g in self.grid_shape))
+
+    def fill_chunk(self, index: ChunkIndex) -> np.ndarray:
+        """A chunk made only of the fill value (for ``missing="fill"``)."""
+        fill = self.fill_value
+        if fill is None:
+            fill = np.nan if self.dtype.kind in "fc" else 0
+        return np.full(self.chunk_shape(index), fill, dtype=self.dtype)
+
+    # -- reading --------------------------------------------------------------------------
+    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        """Decoded chunk ``index`` and the encoded bytes moved to read it."""
+        raise NotImplementedError
+
+    async def read_chunk(self, index: ChunkIndex) -> np.ndarray:
+        """Decoded chunk ``index`` (trimmed at the array's edge)."""
+        array, _ = await self.read_chunk_counted(index)
+        return array
+
+    def close(self) -> None:
+        """Release files and sessions held by the source."""
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} dims={self.dims} shape={self.shape} "
+            f"chunks={self.chunks} dtype={self.dtype}>"
+        )
+
+
+class SyncChunkSource(ChunkSource):
+    """A source whose reads block: implement ``read_chunk_sync``; the engine threads it."""
+
+    def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        raise NotImplementedError
+
+    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.read_chunk_sync, index)
+
+
+def normalize_chunks(
+    chunks: int | tuple[int, ...] | Mapping[str, int] | None,
+    shape: tuple[int, ...],
+    dims: tuple[str, ...],
+    default_bytes: int,
+    itemsize: int,
+) -> tuple[int, ...]:
+    """Turn a user's chunk request into one chunk length per dimension.
+
+    ``None`` picks a grid of about ``default_bytes`` per chunk, splitting the leading
+    dimensions first (the trailing ones stay whole, like an image plane).
+    """
+    from ..errors import ConfigError
+
+    if chunks is None:
+        out = list(shape)
+        budget = max(1, default_bytes // max(itemsize, 1))
+        for axis in range(len(shape)):
+            rest = math.prod(out[axis + 1 :]) or 1
+            if math.prod(out) <= budget:
+                break
+            out[axis] = max(1, min(shape[axis], budget // rest))
+        return tuple(max(1, c) for c in out)
+    if isinstance(chunks, int):
+        chunks = (chunks,) * len(shape)
+    if isinstance(chunks, Mapping):
+        unknown = set(chunks) - set(dims)
+        if unknown:
+            raise ConfigError(f"chunks names unknown dims {sorted(unknown)}; dims are {dims}")
+        chunks = tuple(int(chunks.get(d, s) or s) for d, s in zip(dims, shape))
+    chunks = tuple(int(c) for c in chunks)
+    if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
+        raise ConfigError(
+            f"chunks={chunks} must give one positive length per dimension of shape {shape}"
+        )
+    return tuple(min(c, s) if s else 1 for c, s in zip(chunks, shape))

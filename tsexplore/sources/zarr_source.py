@@ -1,0 +1,288 @@
+"""Zarr v2 and v3 arrays, on local disk or behind any fsspec URL.
+
+zarr-python 3 reads the metadata (shape, chunk grid, codecs, chunk-key encoding, attributes).
+Chunk bytes are then fetched directly -- a plain file read for local stores, fsspec's async
+filesystem on the engine's loop for remote ones, with a timeout and jittered retries of
+408/429/5xx -- and decoded by :mod:`tsexplore.sources.codecs`, which checks sizes before
+allocating. Codec chains outside that set (sharding, transpose, filters) are read through
+zarr's own async API (``AsyncArray.getitem``) on the engine's loop.
+
+A chunk that the store lacks raises :class:`MissingChunkError` (``missing="fill"`` turns it into
+fill values, counted in the stats) -- zarr itself would silently return fill values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from ..errors import (
+    ChunkReadError,
+    MissingChunkError,
+    MissingDependencyError,
+    ReadTimeoutError,
+    RemoteReadError,
+    SourceError,
+)
+from .base import ChunkIndex, ChunkSource
+from .codecs import chain_from_zarr
+
+RETRY_STATUS = {408, 429}
+_async_fs: dict[tuple[int, str, str], Any] = {}
+retry_hook: list[Any] = []  # the engine appends a callable counting retries
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
+
+
+async def _get_async_fs(protocol: str, storage_options: dict[str, Any]) -> Any:
+    """One async fsspec filesystem per (loop, protocol, options), created on that loop."""
+    import fsspec
+
+    loop = asyncio.get_running_loop()
+    key = (id(loop), protocol, repr(sorted(storage_options.items())))
+    fs = _async_fs.get(key)
+    if fs is None:
+        try:
+            fs = fsspec.filesystem(
+                protocol, asynchronous=True, skip_instance_cache=True, **storage_options
+            )
+        except ImportError as exc:
+            raise MissingDependencyError(
+                f"reading {protocol}:// URLs needs an fsspec implementation that is not "
+                f"installed ({exc}); e.g. pip install s3fs for s3://"
+            ) from exc
+        if hasattr(fs, "set_session"):
+            await fs.set_session()
+        _async_fs[key] = fs
+    return fs
+
+
+async def close_async_fs() -> None:
+    """Close the sessions that belong to the running loop (called by ``Engine.close``)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _async_fs if k[0] == loop_id]:
+        fs = _async_fs.pop(key)
+        session = getattr(fs, "_session", None)
+        if session is not None and not session.closed:
+            await session.close()
+
+
+class ZarrSource(ChunkSource):
+    def __init__(
+        self,
+        array: Any,
+        root: str,
+        name: str,
+        dims: tuple[str, ...],
+        storage_options: dict[str, Any] | None = None,
+        missing: str = "raise",
+    ) -> None:
+        self._array = array  # a zarr.Array, used for metadata and the fallback path
+        self.root = root.rstrip("/")
+        self.name = name
+        self.path = array.path
+        self.shape = tuple(int(s) for s in array.shape)
+        self.dtype = np.dtype(array.dtype)
+        self.dims = dims
+        meta = array.metadata
+        self.chunks = tuple(int(c) for c in array.chunks)
+        fill = array.fill_value
+        self.fill_value = None if fill is None else np.asarray(fill).item()
+        self.attrs = {k: v for k, v in dict(array.attrs).items() if k != "_ARRAY_DIMENSIONS"}
+        self.storage_options = dict(storage_options or {})
+        self.missing = missing
+        self._chain = chain_from_zarr(meta)
+        self._meta = meta
+        self.remote = _is_remote(self.root)
+        self.is_async = self.remote
+        self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
+        self._local_root = self.root[len("file://") :] if self.root.startswith("file://") else self.root
+        self._fallback: Any = None
+        stamp = ""
+        if not self.remote and self.protocol == "file":
+            for meta_name in ("zarr.json", ".zarray"):
+                p = os.path.join(self._local_root, self.path, meta_name)
+                if os.path.exists(p):
+                    st = os.stat(p)
+                    stamp = f"{st.st_mtime_ns}-{st.st_size}"
+        self.token = f"zarr-{self.root}/{self.path}@{stamp}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fallback"] = None
+        return state
+
+    # -- keys -------------------------------------------------------------------------------
+    def chunk_key(self, index: ChunkIndex) -> str:
+        key = self._meta.encode_chunk_key(tuple(index))
+        return f"{self.path}/{key}" if self.path else key
+
+    def _where(self, index: ChunkIndex) -> str:
+        return f"chunk {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
+
+    # -- reading ----------------------------------------------------------------------------
+    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        self.check_index(index)
+        loop = asyncio.get_running_loop()
+        if self._chain is None:
+            return await self._read_with_zarr(index)
+        if self.remote:
+            buf = await self._fetch_remote(index)
+            arr = await loop.run_in_executor(None, self._decode, buf, index)
+            return arr, len(buf)
+        return await loop.run_in_executor(None, self._read_local, index)
+
+    def _decode(self, buf: bytes, index: ChunkIndex) -> np.ndarray:
+        assert self._chain is not None
+        arr = self._chain.decode(buf, self.chunks, self._where(index))
+        trimmed = self.chunk_shape(index)
+        if trimmed != self.chunks:
+            arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
+        return arr
+
+    def _read_local(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        key = self.chunk_key(index)
+        if self.protocol == "file":
+            try:
+                with open(os.path.join(self._local_root, key), "rb") as f:
+                    buf = f.read()
+            except FileNotFoundError:
+                raise self._missing(index) from None
+        else:  # memory:// and other synchronous fsspec filesystems
+            import fsspec
+
+            fs = fsspec.filesystem(self.protocol, **self.storage_options)
+            try:
+                buf = fs.cat_file(f"{self.root}/{key}")
+            except FileNotFoundError:
+                raise self._missing(index) from None
+        return self._decode(buf, index), len(buf)
+
+    def _missing(self, index: ChunkIndex) -> MissingChunkError:
+        return MissingChunkError(
+            f"{self._where(index)} is missing from the store. If the store was written "
+            "sparsely (zarr skips chunks equal to the fill value), open it with missing='fill'",
+            source=self.token,
+            index=tuple(index),
+        )
+
+    async def _fetch_remote(self, index: ChunkIndex) -> bytes:
+        settings = config.get()
+        url = f"{self.root}/{self.chunk_key(index)}"
+        fs = await _get_async_fs(self.protocol, self.storage_options)
+        if not hasattr(fs, "_cat_file"):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, fs.cat_file, url)
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.wait_for(fs._cat_file(url), settings.http_timeout)
+            except FileNotFoundError:
+                raise self._missing(index) from None
+            except asyncio.TimeoutError:
+                raise ReadTimeoutError(
+                    f"{self._where(index)}: no answer from {url} within {settings.http_timeout} s; "
+                    "raise it with tse.config.set(http_timeout=...)",
+                    source=self.token,
+                    index=tuple(index),
+                ) from None
+            except Exception as exc:  # noqa: BLE001 - classify transport errors below
+                status = getattr(exc, "status", None)
+                retryable = (
+                    status in RETRY_STATUS
+                    or (isinstance(status, int) and 500 <= status < 600)
+                    or (status is None and isinstance(exc, (ConnectionError, OSError)))
+                    or type(exc).__name__ in ("ServerDisconnectedError", "ClientConnectorError", "ClientOSError")
+                )
+                if not retryable or attempt >= settings.retries:
+                    raise RemoteReadError(
+                        f"{self._where(index)}: {url} failed after {attempt + 1} attempt(s): "
+                        f"{type(exc).__name__}: {exc}",
+                        source=self.token,
+                        index=tuple(index),
+                    ) from exc
+                for hook in retry_hook:
+                    hook()
+                delay = settings.retry_backoff * (2**attempt) * (0.5 + random.random())
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        """Codec chains tsexplore does not decode itself: ask zarr's async API."""
+        import zarr
+        from zarr.api import asynchronous as za
+
+        if self._fallback is None:
+            if self.remote:
+                from zarr.storage import FsspecStore
+
+                fs = await _get_async_fs(self.protocol, self.storage_options)
+                store: Any = FsspecStore(fs, path=self.root.split("://", 1)[1], read_only=True)
+            else:
+                store = zarr.storage.LocalStore(self._local_root, read_only=True)
+            self._fallback = await za.open_array(store=store, path=self.path, mode="r")
+        sl = self.chunk_slices(index)
+        try:
+            arr = await asyncio.wait_for(self._fallback.getitem(sl), config.get().http_timeout)
+        except asyncio.TimeoutError:
+            raise ReadTimeoutError(f"{self._where(index)}: zarr read timed out") from None
+        except Exception as exc:  # noqa: BLE001
+            raise ChunkReadError(f"{self._where(index)}: {exc}") from exc
+        arr = np.asarray(arr)
+        return arr, arr.nbytes
+
+
+def _dims_of(array: Any, name: str) -> tuple[str, ...]:
+    names = getattr(array.metadata, "dimension_names", None)
+    if names and all(n is not None for n in names):
+        return tuple(names)
+    dims = array.attrs.get("_ARRAY_DIMENSIONS")
+    if dims:
+        return tuple(dims)
+    return tuple(f"{name}_dim_{i}" for i in range(array.ndim))
+
+
+def open_zarr_group(
+    url: str, storage_options: dict[str, Any] | None = None, missing: str = "raise"
+) -> tuple[dict[str, ZarrSource], dict[str, Any], dict[str, Any]]:
+    """Sources for every array of a Zarr group (or a lone array): (sources, coords, attrs).
+
+    Coordinates are 1-D arrays named after their dimension; they are read eagerly, as xarray
+    reads index coordinates.
+    """
+    import zarr
+
+    root = str(url)
+    if root.startswith("file://"):
+        root = root[len("file://") :]
+    try:
+        node = zarr.open(store=root, mode="r", storage_options=storage_options or None)
+    except FileNotFoundError as exc:
+        raise SourceError(f"no Zarr store at {url!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise SourceError(f"cannot open {url!r} as Zarr: {type(exc).__name__}: {exc}") from exc
+    if isinstance(node, zarr.Array):
+        name = node.basename or "data"
+        arrays = {name: node}
+        attrs: dict[str, Any] = {}
+        base = root[: -len(node.path)] if node.path and root.endswith(node.path) else root
+    else:
+        arrays = {n: a for n, a in node.arrays()}
+        attrs = dict(node.attrs)
+        base = root
+    sources: dict[str, ZarrSource] = {}
+    coords: dict[str, Any] = {}
+    for name, arr in sorted(arrays.items()):
+        dims = _dims_of(arr, name)
+        if arr.ndim == 1 and dims == (name,) and arr.size <= 50_000_000:
+            coords[name] = (dims, np.asarray(arr[...]), {k: v for k, v in arr.attrs.items() if k != "_ARRAY_DIMENSIONS"})
+            continue
+        sources[name] = ZarrSource(arr, base, name, dims, storage_options, missing)
+    return sources, coords, attrs
