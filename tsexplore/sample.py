@@ -112,6 +112,7 @@ def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, in
         bar.update(t1 - t0)
     bar.close()
     group.attrs["complete"] = True
+    zarr.consolidate_metadata(str(target))  # remote readers cannot list folders
     return target
 
 

@@ -277,6 +277,11 @@ def open_zarr_group(
         arrays = {n: a for n, a in node.arrays()}
         attrs = dict(node.attrs)
         base = root
+    if not arrays:
+        raise SourceError(
+            f"the Zarr group at {url!r} lists no arrays. Remote stores cannot be listed, so "
+            "they need consolidated metadata: run zarr.consolidate_metadata(store) once"
+        )
     sources: dict[str, ZarrSource] = {}
     coords: dict[str, Any] = {}
     for name, arr in sorted(arrays.items()):
