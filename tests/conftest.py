@@ -1,0 +1,47 @@
+"""Shared fixtures: small data, the shared NetCDF files, and a clean engine per test."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TSEXPLORE_SAMPLE_SIZE", "small")
+
+import tsexplore as tse  # noqa: E402
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` beside the repository (skips when a fresh clone has none)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (only present beside the project's checkout)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def small_cube(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tutorial cube at its small size (32 x 128 x 128, chunks 8 x 64 x 64)."""
+    path = tmp_path_factory.mktemp("cube") / "cube.zarr"
+    return tse.sample_data("cube", path, size="small", progress=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine():
+    """Every test starts and ends with no engine threads running."""
+    tse.close()
+    yield
+    tse.close()
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("tsexplore-io")]
+        if not alive:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"engine threads still alive 2 s after tse.close(): {alive}")
