@@ -1,7 +1,8 @@
 """Tutorial datasets written on demand: ``tse.sample_data(name, path)``.
 
 ``"cube"``: a ``time x y x`` float32 Zarr v3 store that looks like model output (moving
-warm and cold eddies over a seasonal cycle, plus small-scale noise), blosc-zstd compressed,
+warm and cold eddies over a seasonal cycle, plus small-scale noise, kept to 0.01 degC as
+packed archives store it), blosc-zstd compressed,
 chunks of ``16 x 256 x 256``. Full size is 256 x 1024 x 1024 (1 GiB); with the setting
 ``sample_size="small"`` (``TSEXPLORE_SAMPLE_SIZE=small``, used by the tests) it is
 32 x 128 x 128 with 8 x 64 x 64 chunks.
@@ -44,7 +45,8 @@ def cube_frames(t0: int, t1: int, ny: int, nx: int, seed: int = 0) -> np.ndarray
             r2 = (y - cy) ** 2 + (x - cx) ** 2
             frame = frame + amp * np.exp(-r2 / 0.004)
         noise = np.random.default_rng(seed * 100003 + t).standard_normal((ny, nx), dtype=np.float32)
-        out[i] = frame + 0.05 * noise
+        # stored at 0.01 degC precision, as packed reanalysis/model archives do (ERA5: 16 bits)
+        out[i] = np.round((frame + 0.05 * noise) * 100) / 100
     return out
 
 
@@ -112,7 +114,11 @@ def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, in
         bar.update(t1 - t0)
     bar.close()
     group.attrs["complete"] = True
-    zarr.consolidate_metadata(str(target))  # remote readers cannot list folders
+    import warnings
+
+    with warnings.catch_warnings():  # zarr notes that v3 consolidation is not in the spec yet
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(str(target))  # remote readers cannot list folders
     return target
 
 

@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import heapq
 import itertools
 import math
+import os
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -62,6 +63,7 @@ class _Read:
     anonymous: int = 0  # requests without a channel: someone waits, never cancelled
     state: str = "queued"  # queued | running | done | cancelled
     task: asyncio.Task | None = None
+    speculative_slot: bool = False  # holds one of the prefetch slots while running
 
 
 class Engine:
@@ -77,6 +79,8 @@ class Engine:
         self._seq = itertools.count()
         self._generations: dict[str, int] = {}
         self._running = {"sync": 0, "async": 0}
+        self._spec_running = {"sync": 0, "async": 0}
+        self._prefetch_behind_until = 0.0
         self._latency = {"sync": 0.005, "async": 0.005}
         self._prefetched: set[ChunkKey] = set()
         self._closed = False
@@ -174,6 +178,8 @@ class Engine:
             with self._lock:
                 read = self._reads.get(key)
                 if read is not None and read.state in ("queued", "running"):
+                    if read.priority is Priority.SPECULATIVE and priority is Priority.VISIBLE:
+                        self._prefetch_behind_until = time.monotonic() + 2.0
                     if waiting:
                         joined += 1
                         if key in self._prefetched:
@@ -257,35 +263,41 @@ class Engine:
         # keep about 20 ms of work in flight per 2.5 ms of latency, within [4, 64]
         return int(min(64, max(4, math.ceil(self._latency["async"] / 0.00125))))
 
+    def speculative_cap(self, kind: str) -> int:
+        """Prefetch reads allowed at once: leave CPU for what the user waits on."""
+        if kind == "async" or time.monotonic() < self._prefetch_behind_until:
+            # the reader is catching up with the prefetch: read ahead at full speed
+            return self.concurrency(kind)
+        return max(1, min(self._io_threads, (os.cpu_count() or 2) - 1))
+
     def _dispatch(self) -> None:
+        kinds = ("sync", "async")
         with self._lock:
+            deferred = []
             while self._heap:
-                prio, _, read = self._heap[0]
+                full = {k for k in kinds if self._running[k] >= self.concurrency(k)}
+                if len(full) == len(kinds):
+                    break
+                prio, seq, read = heapq.heappop(self._heap)
                 if read.state != "queued" or prio != int(read.priority):
-                    heapq.heappop(self._heap)
                     continue
                 kind = "async" if read.source.is_async else "sync"
-                if self._running[kind] >= self.concurrency(kind):
-                    # the other kind may still have room: look for its first read
-                    other = self._first_of_kind("sync" if kind == "async" else "async")
-                    if other is None:
-                        break
-                    read = other
-                    kind = "async" if read.source.is_async else "sync"
-                else:
-                    heapq.heappop(self._heap)
+                speculative = read.priority is Priority.SPECULATIVE
+                if kind in full or (speculative and self._spec_running[kind] >= self.speculative_cap(kind)):
+                    deferred.append((prio, seq, read))
+                    if speculative and all(
+                        k in full or self._spec_running[k] >= self.speculative_cap(k) for k in kinds
+                    ):
+                        break  # the heap is ordered: only prefetch reads remain
+                    continue
                 read.state = "running"
                 self._running[kind] += 1
+                if speculative:
+                    read.speculative_slot = True
+                    self._spec_running[kind] += 1
                 read.task = self._loop.create_task(self._run_read(read, kind))
-
-    def _first_of_kind(self, kind: str) -> _Read | None:
-        if self._running[kind] >= self.concurrency(kind):
-            return None
-        for prio, _, read in sorted(self._heap)[:256]:
-            if read.state == "queued" and prio == int(read.priority):
-                if ("async" if read.source.is_async else "sync") == kind:
-                    return read
-        return None
+            for item in deferred:
+                heapq.heappush(self._heap, item)
 
     async def _run_read(self, read: _Read, kind: str) -> None:
         source = read.source
@@ -334,6 +346,9 @@ class Engine:
     def _finish(self, read: _Read, kind: str, result=None, exc=None) -> None:  # type: ignore[no-untyped-def]
         with self._lock:
             self._running[kind] -= 1
+            if read.speculative_slot:
+                self._spec_running[kind] -= 1
+                read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
             read.state = "done"
@@ -483,6 +498,8 @@ class Engine:
 
 def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list[np.ndarray]:
     """Wait for every future (bounded by ``timeout``) and return their results in order."""
+    if len(futures) == 1 and futures[0].done():
+        return [futures[0].result()]
     timeout = config.get().wait_timeout if timeout is None else timeout
     done, not_done = cf.wait(futures, timeout, return_when=cf.FIRST_EXCEPTION)
     for fut in futures:

@@ -224,7 +224,9 @@ class ZarrSource(ChunkSource):
                 from zarr.storage import FsspecStore
 
                 fs = await _get_async_fs(self.protocol, self.storage_options)
-                store: Any = FsspecStore(fs, path=self.root.split("://", 1)[1], read_only=True)
+                # the filesystem's own idea of a path: http keeps the whole URL, s3 drops s3://
+                path = fs._strip_protocol(self.root)
+                store: Any = FsspecStore(fs, path=path, read_only=True)
             else:
                 store = zarr.storage.LocalStore(self._local_root, read_only=True)
             self._fallback = await za.open_array(store=store, path=self.path, mode="r")

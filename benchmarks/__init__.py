@@ -1,0 +1,16 @@
+"""Benchmarks: tsexplore and its peers side by side, each system in its own cold process.
+
+Run ``python -m benchmarks <name> [options]`` (``--help`` lists the options). Names:
+
+- ``play``: frames requested at 30 fps; per-frame latency p50 / p95 / max.
+- ``scrub``: frames as fast as possible; frames/s and latency.
+- ``memory``: cache high water under 8 reader threads; opening a 10^15-element array.
+- ``scan``: mean over time of the whole cube; GB/s of decoded data, peak RSS.
+- ``patches``: shuffled 16x64x64 windows in batches of 32; samples/s, peak RSS.
+- ``ui``: slider-to-pixels latency in a real browser (see ``benchmarks/ui.py``).
+- ``all``: play, scrub, scan and patches, one after the other.
+
+Every system runs in its own subprocess (``python -m benchmarks._run``) after the store's
+pages are dropped from the page cache; the parent collects one JSON line per run, takes
+medians over ``--repeat`` runs, prints a table and writes ``benchmarks/results/*.json``.
+"""
