@@ -35,7 +35,7 @@ class ArraySource(SyncChunkSource):
     ) -> None:
         self._array = array
         self.shape = tuple(int(s) for s in array.shape)
-        self.dtype = np.dtype(array.dtype)
+        self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks come out native-endian
         self.dims = tuple(dims) if dims else tuple(f"dim_{i}" for i in range(len(self.shape)))
         native = getattr(array, "chunks", None)
         if chunks is None and isinstance(native, tuple) and native and isinstance(native[0], tuple):

@@ -28,7 +28,7 @@ class NetCDFVariableSource(SyncChunkSource):
         self.engine = engine
         self._var = variable
         self.shape = tuple(int(s) for s in variable.shape)
-        self.dtype = np.dtype(variable.dtype)
+        self.dtype = np.dtype(variable.dtype).newbyteorder("=")  # NetCDF3 is big-endian
         self.dims = tuple(str(d) for d in variable.dims)
         native = variable.encoding.get("chunksizes")
         if chunks is None and native:

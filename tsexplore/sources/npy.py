@@ -31,7 +31,8 @@ class MemmapSource(SyncChunkSource):
     ) -> None:
         self.path = os.fspath(path)
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        self.file_dtype = np.dtype(dtype)  # as stored (may be big-endian)
+        self.dtype = self.file_dtype.newbyteorder("=")  # chunks come out native-endian
         self.offset = int(offset)
         self.order = order
         self.dims = tuple(dims) if dims else tuple(f"dim_{i}" for i in range(len(self.shape)))
@@ -54,7 +55,7 @@ class MemmapSource(SyncChunkSource):
     def _map(self) -> np.memmap:
         if self._mm is None:
             self._mm = np.memmap(
-                self.path, dtype=self.dtype, mode="r", offset=self.offset,
+                self.path, dtype=self.file_dtype, mode="r", offset=self.offset,
                 shape=self.shape, order=self.order,  # type: ignore[arg-type]
             )
         return self._mm
@@ -69,7 +70,7 @@ class MemmapSource(SyncChunkSource):
                 source=self.token,
                 index=tuple(index),
             )
-        data = np.array(self._map()[self.chunk_slices(index)], copy=True)
+        data = np.array(self._map()[self.chunk_slices(index)], dtype=self.dtype, copy=True)
         return data, data.nbytes
 
     def close(self) -> None:

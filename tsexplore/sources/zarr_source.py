@@ -89,7 +89,7 @@ class ZarrSource(ChunkSource):
         self.name = name
         self.path = array.path
         self.shape = tuple(int(s) for s in array.shape)
-        self.dtype = np.dtype(array.dtype)
+        self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks are decoded to native
         self.dims = dims
         meta = array.metadata
         self.chunks = tuple(int(c) for c in array.chunks)

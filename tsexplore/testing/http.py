@@ -69,7 +69,10 @@ class StoreServer:
             def do_HEAD(self) -> None:  # noqa: N802
                 self._serve(False)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
+
+        self._httpd = Server(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
