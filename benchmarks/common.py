@@ -88,14 +88,20 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
                    help="print only the JSON document (one line), no table")
     p.add_argument("--check", action="store_true",
                    help="exit with status 2 when a target is missed")
+    p.add_argument("--ignore-unknown-systems", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
-def pick_systems(requested: str, known: Sequence[str]) -> list[str]:
-    """The systems named in ``--systems``, checked against ``known``; order kept."""
+def pick_systems(requested: str, known: Sequence[str], lenient: bool = False) -> list[str]:
+    """The systems named in ``--systems``, checked against ``known``; order kept.
+
+    ``lenient`` (used by ``all``) drops names this benchmark does not know.
+    """
     names = [s.strip() for s in requested.split(",") if s.strip()]
     unknown = [s for s in names if s not in known]
-    if unknown:
+    if lenient:
+        names = [s for s in names if s in known] or list(known)
+    elif unknown:
         raise SystemExit(f"unknown system(s) {unknown}; choose from {list(known)}")
     if not names:
         raise SystemExit(f"--systems is empty; choose from {list(known)}")
@@ -304,16 +310,25 @@ def run_matrix(module: str, systems: Sequence[str], params_for: Callable[[str, i
                *, repeat: int, timeout: float, store: Path,
                env_for: Callable[[str], dict[str, str]] | None = None,
                describe: Callable[[dict[str, Any]], str] | None = None,
+               before: Callable[[str], None] | None = None,
+               after: Callable[[str, dict[str, Any]], None] | None = None,
                ) -> dict[str, list[dict[str, Any]]]:
-    """All systems, ``repeat`` rounds, interleaved (so machine noise spreads evenly)."""
+    """All systems, ``repeat`` rounds, interleaved (so machine noise spreads evenly).
+
+    ``before(system)`` runs just before a child starts, ``after(system, result)`` just after.
+    """
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for r in range(repeat):
         for system in systems:
             cold = cold_cache(store)
+            if before:
+                before(system)
             res = run_child(module, system, params_for(system, r), timeout,
                             env_for(system) if env_for else None)
             res["cold_cache"] = cold
             res["repeat"] = r
+            if after:
+                after(system, res)
             runs[system].append(res)
             if res.get("ok"):
                 what = describe(res) if describe else f"{res['wall_s']:.1f} s"

@@ -11,6 +11,7 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import builtins
 import os
 from dataclasses import dataclass, fields, replace
 
@@ -64,7 +65,7 @@ def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
     """Change settings for this process, e.g. ``tse.config.set(http_timeout=5)``."""
     global _settings
     allowed = {f.name for f in fields(Settings)}
-    unknown = sorted(set(changes) - allowed)
+    unknown = sorted(builtins.set(changes) - allowed)
     if unknown:
         raise ConfigError(f"unknown setting(s) {unknown}; allowed: {sorted(allowed)}")
     if "cache_bytes" in changes and int(changes["cache_bytes"]) < 0:  # type: ignore[call-overload]

@@ -78,7 +78,7 @@ def sample_data(
     if target.exists() and not overwrite:
         try:
             existing = zarr.open_group(str(target), mode="r")
-            if existing["temp"].shape == shape and existing.attrs.get("complete"):
+            if existing["temp"].shape == shape and existing.attrs.get("complete"):  # type: ignore[union-attr]
                 return target
         except Exception:  # noqa: BLE001 - anything odd: rewrite it
             pass

@@ -193,6 +193,6 @@ class Stats:
             latency_p95=p95,
             latency_p99=p99,
             workers=len(remote),
-            **counts,
+            **counts,  # type: ignore[arg-type]
             **gauges,  # type: ignore[arg-type]
         )

@@ -104,16 +104,16 @@ def open_group(
     if xr is not None and isinstance(obj, xr.DataArray):
         obj = obj.to_dataset(name=obj.name if obj.name is not None else "data")
     if xr is not None and isinstance(obj, xr.Dataset):
-        sources: dict[str, ChunkSource] = {}
+        found: dict[str, ChunkSource] = {}
         coords = {}
         for name, var in obj.variables.items():
             if name in obj.coords:
                 coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
             else:
-                sources[str(name)] = ArraySource(
+                found[str(name)] = ArraySource(
                     var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name)
                 )
-        return SourceGroup(sources, coords, dict(obj.attrs))
+        return SourceGroup(found, coords, dict(obj.attrs))
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
         return SourceGroup({"data": ArraySource(obj, None, grid, None, "data")})
     raise UnsupportedSourceError(

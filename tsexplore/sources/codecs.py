@@ -76,10 +76,10 @@ class CodecChain:
                         )
                     comp.decode(data, out=out)
                 elif cid == "zstd":
-                    n = zstd_content_size(data)
-                    if n is not None and n != expected:
+                    fcs = zstd_content_size(data)
+                    if fcs is not None and fcs != expected:
                         raise CorruptChunkError(
-                            f"{where}: zstd frame says {n} decoded bytes, expected {expected}"
+                            f"{where}: zstd frame says {fcs} decoded bytes, expected {expected}"
                         )
                     comp.decode(data, out=out)  # bounded by ``out`` even without a size
                 elif cid in ("gzip", "zlib"):
@@ -94,12 +94,12 @@ class CodecChain:
                         )
                     out[:] = np.frombuffer(raw, dtype=np.uint8)
                 else:
-                    raw = np.frombuffer(comp.decode(data), dtype=np.uint8)
-                    if raw.size != expected:
+                    decoded = np.frombuffer(comp.decode(data), dtype=np.uint8)
+                    if decoded.size != expected:
                         raise CorruptChunkError(
-                            f"{where}: {cid} decodes to {raw.size} bytes, expected {expected}"
+                            f"{where}: {cid} decodes to {decoded.size} bytes, expected {expected}"
                         )
-                    out[:] = raw
+                    out[:] = decoded
         except CorruptChunkError:
             raise
         except Exception as exc:  # noqa: BLE001 - any codec failure is a corrupt chunk
@@ -162,7 +162,7 @@ def chain_from_zarr(metadata: Any) -> CodecChain | None:
         return None
     c = rest[0]
     if isinstance(c, BloscCodec):
-        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[getattr(c.shuffle, "value", c.shuffle)]
+        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[str(getattr(c.shuffle, "value", c.shuffle))]
         cname = getattr(c.cname, "value", c.cname)
         comp = numcodecs.Blosc(cname=cname, clevel=c.clevel, shuffle=shuffle, blocksize=c.blocksize)
     elif isinstance(c, ZstdCodec):

@@ -219,20 +219,28 @@ class ZarrSource(ChunkSource):
         import zarr
         from zarr.api import asynchronous as za
 
-        if self._fallback is None:
-            if self.remote:
-                from zarr.storage import FsspecStore
+        loop_id = id(asyncio.get_running_loop())
+        if self._fallback is None or self._fallback[0] != loop_id:
+            # one zarr array per loop: a new engine (after tse.close()) has a new loop and
+            # the network sessions of the old one are closed
+            from zarr.storage import FsspecStore
 
-                fs = await _get_async_fs(self.protocol, self.storage_options)
+            fs = await _get_async_fs(self.protocol, self.storage_options) if self.remote else None
+            if fs is not None and getattr(fs, "async_impl", False):
                 # the filesystem's own idea of a path: http keeps the whole URL, s3 drops s3://
                 path = fs._strip_protocol(self.root)
                 store: Any = FsspecStore(fs, path=path, read_only=True)
-            else:
+            elif self.protocol == "file":
                 store = zarr.storage.LocalStore(self._local_root, read_only=True)
-            self._fallback = await za.open_array(store=store, path=self.path, mode="r")
+            else:  # memory:// and other synchronous fsspec filesystems (zarr wraps them)
+                store = FsspecStore.from_url(
+                    self.root, storage_options=self.storage_options or None, read_only=True
+                )
+            array = await za.open_array(store=store, path=self.path, mode="r")
+            self._fallback = (loop_id, array)
         sl = self.chunk_slices(index)
         try:
-            arr = await asyncio.wait_for(self._fallback.getitem(sl), config.get().http_timeout)
+            arr = await asyncio.wait_for(self._fallback[1].getitem(sl), config.get().http_timeout)
         except asyncio.TimeoutError:
             raise ReadTimeoutError(f"{self._where(index)}: zarr read timed out") from None
         except Exception as exc:  # noqa: BLE001

@@ -29,6 +29,26 @@ class Fault:
     stall: float = 0.0
 
 
+def _byte_range(header: str, data: bytes) -> tuple[int, bytes, dict[str, str]]:
+    """Answer a single ``Range: bytes=a-b`` (or ``a-``, ``-n``) request (sharded stores need it)."""
+    size = len(data)
+    spec = header.strip()
+    if not spec.startswith("bytes=") or "," in spec:
+        return 200, data, {}
+    first, _, last = spec[len("bytes=") :].partition("-")
+    try:
+        if first == "":
+            start, stop = max(0, size - int(last)), size
+        else:
+            start = int(first)
+            stop = min(size, int(last) + 1) if last else size
+    except ValueError:
+        return 200, data, {}
+    if start >= size or start >= stop:
+        return 416, b"", {"Content-Range": f"bytes */{size}"}
+    return 206, data[start:stop], {"Content-Range": f"bytes {start}-{stop - 1}/{size}"}
+
+
 class StoreServer:
     def __init__(self, root: str | os.PathLike[str], latency: float = 0.0, port: int = 0) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -51,9 +71,14 @@ class StoreServer:
                 if status == 0:  # stalled and then closed without an answer
                     self.close_connection = True
                     return
+                extra: dict[str, str] = {}
+                if status == 200 and self.headers.get("Range"):
+                    status, data, extra = _byte_range(self.headers["Range"], data)
                 with server._lock:
                     server.requests.append((self.command, path, status))
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Content-Type", "application/octet-stream")
                 self.end_headers()

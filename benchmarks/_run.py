@@ -1,0 +1,62 @@
+"""Child process: ``python -m benchmarks._run <module> <system> <json params>``.
+
+Imports ``benchmarks.<module>``, calls its ``run_system(system, params)`` while sampling RSS,
+prints exactly one line ``@@BENCH-RESULT@@ {json}`` and exits at once (``os._exit``), so
+lingering worker threads or processes of a peer can never hang the benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from .common import MARKER, RssSampler
+
+
+def main(argv: list[str]) -> int:
+    """Run one system once and print its result line."""
+    if len(argv) != 3:
+        print("usage: python -m benchmarks._run <module> <system> <json params>", file=sys.stderr)
+        return 2
+    module_name, system, params_json = argv
+    params = json.loads(params_json)
+    sampler = RssSampler()
+    t0 = time.perf_counter()
+    result: dict[str, Any]
+    try:
+        module = importlib.import_module(f"benchmarks.{module_name}")
+        result = dict(module.run_system(system, params, sampler))
+        result["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - report every failure as data
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc()[-3000:]}
+    result["child_s"] = time.perf_counter() - t0
+    result.update(sampler.close())
+    result["system"] = system
+    sys.stderr.flush()
+    print(MARKER + json.dumps(result, default=_jsonable), flush=True)
+    return 0
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(obj)
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    os._exit(code)

@@ -1,0 +1,384 @@
+"""Frame benchmarks (issue 2): ``play``, ``scrub`` and ``memory``.
+
+- ``play``: frames ``t = 0..N-1`` requested on a 30 fps clock (sleep to the next 1/30 s
+  tick, then read one ``time`` slice); per-frame latency p50 / p95 / max and frames later
+  than one tick. Target: tsexplore p95 <= 5 ms local, <= 33 ms with ``--remote``.
+- ``scrub``: the same frames as fast as possible; frames/s and latency. Target: >= 300
+  frames/s and >= 2x TensorStore.
+- ``memory``: 8 threads read random frames with a small cache budget (tsexplore's
+  ``cache_high_water`` must stay <= budget; peers show their RSS), and tsexplore opens a
+  10^15-element ``tse.synthetic`` array (time and RSS).
+
+Systems: tsexplore, zarr, xarray (``chunks=None``), xarray-dask (default chunks) and
+TensorStore (zarr3 driver, 1 GB ``cache_pool``). ``--remote`` serves the store from a
+loopback HTTP server with 20 ms per request and points every system at its URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import common
+from .common import Metric
+
+SYSTEMS = ("tsexplore", "zarr", "xarray", "xarray-dask", "tensorstore")
+MEMORY_SYSTEMS = ("tsexplore", "zarr", "tensorstore")
+FPS = 30.0
+TS_CACHE_BYTES = 1_000_000_000
+
+PLAY_METRICS = [
+    Metric("p50_ms", "p50 ms", "lower"),
+    Metric("p95_ms", "p95 ms", "lower"),
+    Metric("max_ms", "max ms", "lower", "{:.1f}"),
+    Metric("late_frames", "late frames", "lower", "{:.0f}"),
+    Metric("open_s", "open s", "lower", "{:.3f}"),
+]
+SCRUB_METRICS = [
+    Metric("fps", "frames/s", "higher", "{:.1f}"),
+    Metric("p50_ms", "p50 ms", "lower"),
+    Metric("p95_ms", "p95 ms", "lower"),
+    Metric("max_ms", "max ms", "lower", "{:.1f}"),
+    Metric("open_s", "open s", "lower", "{:.3f}"),
+]
+MEMORY_METRICS = [
+    Metric("reads_per_s", "frames/s (8 threads)", "higher", "{:.1f}"),
+    Metric("high_water_mb", "cache high water MB", "lower", "{:.1f}"),
+    Metric("synthetic_open_s", "1e15 open s", "lower", "{:.4f}"),
+    Metric("synthetic_rss_mb", "1e15 open RSS +MB", "lower", "{:.1f}"),
+]
+
+
+# -- child side ----------------------------------------------------------------------------------
+IMPORTS = {"tsexplore": ("tsexplore",), "zarr": ("zarr",), "xarray": ("xarray", "zarr"),
+           "xarray-dask": ("xarray", "zarr", "dask.array"), "tensorstore": ("tensorstore",)}
+
+
+def import_system(system: str) -> float:
+    """Import what ``system`` needs (not timed as opening); the seconds it took."""
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in IMPORTS.get(system, ()):
+        importlib.import_module(name)
+    return time.perf_counter() - t0
+
+
+def open_reader(system: str, url: str) -> tuple[Callable[[int], Any], Callable[[], dict]]:
+    """``read(t) -> np.ndarray`` for one system, and a function giving its stats afterwards."""
+    remote = "://" in url
+    var = common.VARIABLE
+    if system == "tsexplore":
+        import tsexplore as tse
+
+        da = tse.open_dataset(url)[var]
+
+        def tse_stats() -> dict:
+            s = tse.stats()
+            return {"hits": s.hits, "misses": s.misses, "joined": s.joined,
+                    "prefetch_reads": s.prefetch_reads, "reads": s.reads,
+                    "bytes_read": s.bytes_read, "cache_high_water": s.cache_high_water}
+
+        return (lambda t: da.isel(time=t).values), tse_stats
+    if system == "zarr":
+        import zarr
+
+        arr = zarr.open_group(url, mode="r")[var]
+        return (lambda t: arr[t]), dict
+    if system in ("xarray", "xarray-dask"):
+        import xarray as xr
+
+        kw: dict[str, Any] = {"chunks": None} if system == "xarray" else {}
+        da = xr.open_zarr(url, **kw)[var]
+        return (lambda t: da.isel(time=t).values), dict
+    if system == "tensorstore":
+        arr = open_tensorstore(url, TS_CACHE_BYTES)
+        return (lambda t: arr[t].read().result()), dict
+    raise ValueError(f"unknown system {system!r}; known: {SYSTEMS}")
+
+
+def open_tensorstore(url: str, cache_bytes: int) -> Any:
+    """The cube's variable through TensorStore's zarr3 driver (file or http kvstore)."""
+    import tensorstore as ts
+
+    if "://" in url:
+        kvstore = {"driver": "http", "base_url": url, "path": f"/{common.VARIABLE}/"}
+    else:
+        kvstore = {"driver": "file", "path": os.path.join(url, common.VARIABLE) + "/"}
+    spec = {"driver": "zarr3", "kvstore": kvstore,
+            "context": {"cache_pool": {"total_bytes_limit": int(cache_bytes)}},
+            "recheck_cached_data": "open"}
+    return ts.open(spec, read=True).result()
+
+
+def run_system(system: str, params: dict[str, Any], sampler: common.RssSampler) -> dict[str, Any]:
+    """One run of ``params["bench"]`` (play, scrub or memory) for ``system``."""
+    if params["bench"] == "memory":
+        return _run_memory(system, params, sampler)
+    import numpy as np
+
+    import_s = import_system(system)
+    sampler.mark_baseline()
+    t0 = time.perf_counter()
+    read, stats = open_reader(system, params["url"])
+    open_s = time.perf_counter() - t0
+    frames = list(range(params["frames"]))
+    period = 1.0 / params["fps"] if params["bench"] == "play" else 0.0
+    lat: list[float] = []
+    checks: list[float] = []
+    start = time.perf_counter()
+    for i, t in enumerate(frames):
+        if period:
+            wait = start + i * period - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        t1 = time.perf_counter()
+        frame = read(t)
+        lat.append(time.perf_counter() - t1)
+        checks.append(float(np.asarray(frame)[::61, ::67].sum(dtype=np.float64)))
+    total = time.perf_counter() - start
+    ms = [x * 1e3 for x in lat]
+    return {
+        "import_s": import_s, "open_s": open_s, "frames": len(frames), "total_s": total,
+        "fps": len(frames) / total,
+        "p50_ms": common.percentile(ms, 50), "p95_ms": common.percentile(ms, 95),
+        "max_ms": max(ms), "mean_ms": sum(ms) / len(ms),
+        "late_frames": sum(1 for x in lat if period and x > period),
+        "frame_shape": list(np.asarray(frame).shape), "stats": stats(),
+        "trace": {"latency_ms": [round(x, 3) for x in ms], "checks": checks},
+    }
+
+
+def _run_memory(system: str, params: dict[str, Any], sampler: common.RssSampler) -> dict[str, Any]:
+    """8 threads reading random frames under a small budget; then the 10^15-element open."""
+    budget = int(params["budget"])
+    url = params["url"]
+    var = common.VARIABLE
+    import_system(system)
+    sampler.mark_baseline()
+    high_water: Callable[[], int | None] = lambda: None  # noqa: E731
+    if system == "tsexplore":
+        import tsexplore as tse
+
+        da = tse.open_dataset(url, cache_bytes=budget)[var]
+        read: Callable[[int], Any] = lambda t: da.isel(time=t).values  # noqa: E731
+        high_water = lambda: tse.stats().cache_high_water  # noqa: E731
+    elif system == "zarr":
+        import zarr
+
+        arr = zarr.open_group(url, mode="r")[var]
+        read = lambda t: arr[t]  # noqa: E731
+    elif system == "tensorstore":
+        tsarr = open_tensorstore(url, budget)
+        read = lambda t: tsarr[t].read().result()  # noqa: E731
+    else:
+        raise ValueError(f"unknown system {system!r} for memory; known: {MEMORY_SYSTEMS}")
+    nt = params["nt"]
+    per_thread = params["reads_per_thread"]
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(per_thread):
+                read(rng.randrange(nt))
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(k,), name=f"tsexplore-bench-reader-{k}")
+               for k in range(params["threads"])]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(params["timeout"])
+    elapsed = time.perf_counter() - t0
+    if any(th.is_alive() for th in threads):
+        raise TimeoutError(f"reader threads still running after {params['timeout']} s")
+    if errors:
+        raise RuntimeError(f"{len(errors)} reader thread(s) failed; first: {errors[0]}")
+    hw = high_water()
+    out: dict[str, Any] = {
+        "threads": params["threads"], "reads": params["threads"] * per_thread,
+        "elapsed_s": elapsed, "reads_per_s": params["threads"] * per_thread / elapsed,
+        "budget_mb": budget / 1e6, "high_water_mb": None if hw is None else hw / 1e6,
+        "rss_after_reads_mb": sampler.now() / 1e6,
+    }
+    if system == "tsexplore":
+        out.update(_synthetic_open(params["synthetic_shape"]))
+    return out
+
+
+def _synthetic_open(shape: list[int]) -> dict[str, Any]:
+    """Open a 10^15-element synthetic array: seconds, RSS growth, one 256x256 read."""
+    import gc
+
+    import numpy as np
+    import psutil
+
+    import tsexplore as tse
+
+    gc.collect()
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    t0 = time.perf_counter()
+    ds = tse.synthetic(tuple(shape), chunks=(16, 256, 256))
+    open_s = time.perf_counter() - t0
+    rss1 = proc.memory_info().rss
+    name = next(iter(ds.data_vars))
+    t1 = time.perf_counter()
+    win = ds[name][5, 1000:1256, 2000:2256].values
+    read_s = time.perf_counter() - t1
+    return {"synthetic_shape": shape, "synthetic_elements": float(np.prod(shape, dtype=float)),
+            "synthetic_open_s": open_s, "synthetic_rss_mb": (rss1 - rss0) / 1e6,
+            "synthetic_read_s": read_s, "synthetic_window": list(win.shape)}
+
+
+# -- parent side ---------------------------------------------------------------------------------
+def _parser(name: str, systems: tuple[str, ...]) -> argparse.ArgumentParser:
+    p = common.parser(name, __doc__.split("\n\n")[0], systems)
+    p.add_argument("--frames", type=int, default=256, help="frames t = 0..N-1 (default 256)")
+    p.add_argument("--remote", action="store_true",
+                   help="serve the store over loopback HTTP with --latency per request")
+    p.add_argument("--latency", type=float, default=0.02, help="seconds per HTTP request")
+    return p
+
+
+def main_play(argv: list[str]) -> int:
+    """``python -m benchmarks play``."""
+    return _frames("play", argv)
+
+
+def main_scrub(argv: list[str]) -> int:
+    """``python -m benchmarks scrub``."""
+    return _frames("scrub", argv)
+
+
+def _frames(bench: str, argv: list[str]) -> int:
+    args = _parser(bench, SYSTEMS).parse_args(argv)
+    systems = common.pick_systems(args.systems, SYSTEMS, args.ignore_unknown_systems)
+    spec = common.data_spec(args)
+    frames = max(1, min(args.frames, spec.shape[0]))
+    metrics = PLAY_METRICS if bench == "play" else SCRUB_METRICS
+    with _serve(spec.path, args) as (url, server):
+        counts: dict[str, int] = {}
+        before = (lambda s: counts.__setitem__("n", len(server.requests))) if server else None
+        after = ((lambda s, r: r.__setitem__("http_requests", len(server.requests) - counts["n"]))
+                 if server else None)
+        describe = ((lambda r: f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, "
+                     f"max {r['max_ms']:.0f} ms") if bench == "play" else
+                    (lambda r: f"{r['fps']:.1f} frames/s, p95 {r['p95_ms']:.1f} ms"))
+        common.log(f"{bench}: {systems} x {args.repeat} on {url} ({frames} frames)")
+        runs = common.run_matrix(
+            "play_scrub", systems,
+            lambda s, r: {"bench": bench, "url": url, "frames": frames, "fps": FPS},
+            repeat=args.repeat, timeout=args.timeout, store=spec.path,
+            describe=describe, before=before, after=after)
+    doc = common.document(bench, args, spec, systems, runs, metrics,
+                          primary="p95_ms" if bench == "play" else "fps",
+                          where="remote" if args.remote else "local",
+                          frames=frames, fps=FPS if bench == "play" else None)
+    doc["agreement"] = _agreement(runs)
+    doc["targets"] = _targets(bench, doc, args.remote)
+    where = f"remote, {args.latency * 1e3:.0f} ms/request" if args.remote else "local"
+    title = (f"{bench} ({where}; {frames} frames"
+             f"{' at 30 fps' if bench == 'play' else ' as fast as possible'}; "
+             f"median of {args.repeat} runs, each system in its own cold process)")
+    common.report(doc, metrics, title, args.json_only)
+    return common.exit_status(doc, args.check)
+
+
+class _serve:
+    """``with _serve(path, args) as (url, server)``: a StoreServer under ``--remote``."""
+
+    def __init__(self, path: Any, args: argparse.Namespace) -> None:
+        self.path, self.args, self.server = path, args, None
+
+    def __enter__(self) -> tuple[str, Any]:
+        if not self.args.remote:
+            return str(self.path), None
+        from tsexplore.testing.http import StoreServer
+
+        self.server = StoreServer(self.path, latency=self.args.latency)
+        return self.server.url, self.server
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def _agreement(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Do all systems return the same frames? (sampled sums, rtol 1e-6, vs the first one)"""
+    import numpy as np
+
+    ref_name, ref = None, None
+    out: dict[str, Any] = {}
+    for system, rs in runs.items():
+        for r in rs:
+            if not r.get("ok"):
+                continue
+            checks = np.asarray(r["trace"]["checks"])
+            if ref is None:
+                ref_name, ref = system, checks
+            out[system] = bool(len(checks) == len(ref) and np.allclose(checks, ref, rtol=1e-6))
+            if not out[system]:
+                break
+    return {"reference": ref_name, "same_frames": out}
+
+
+def _targets(bench: str, doc: dict[str, Any], remote: bool) -> list[dict[str, Any]]:
+    s = doc["summary"]
+    med = lambda sys_, k: common.median_of(s, sys_, k)  # noqa: E731
+    if bench == "play":
+        goal = 33.0 if remote else 5.0
+        return [common.target(f"tsexplore play p95 ({'remote' if remote else 'local'})",
+                              med("tsexplore", "p95_ms"), "<=", goal, "ms")]
+    out = [common.target("tsexplore scrub", med("tsexplore", "fps"), ">=", 300.0, "frames/s")]
+    adv = doc["advantage"].get("tensorstore", {}).get("fps")
+    out.append(common.target("tsexplore scrub vs TensorStore", adv, ">=", 2.0, "x"))
+    return out
+
+
+def main_memory(argv: list[str]) -> int:
+    """``python -m benchmarks memory``."""
+    p = common.parser("memory", "cache high water under 8 reader threads; 10^15-element open",
+                      MEMORY_SYSTEMS)
+    p.add_argument("--budget", type=common.parse_bytes, default=None,
+                   help="cache budget (default 256MB; 4MB with --small)")
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--reads", type=int, default=None,
+                   help="random frames per thread (default 16; 32 with --small)")
+    args = p.parse_args(argv)
+    systems = common.pick_systems(args.systems, MEMORY_SYSTEMS, args.ignore_unknown_systems)
+    spec = common.data_spec(args)
+    budget = args.budget or (4_000_000 if args.small else 256_000_000)
+    reads = args.reads or (32 if args.small else 16)
+    params = {"bench": "memory", "url": str(spec.path), "budget": budget, "nt": spec.shape[0],
+              "threads": args.threads, "reads_per_thread": reads, "timeout": args.timeout,
+              "synthetic_shape": [10**5, 10**5, 10**5]}
+    common.log(f"memory: {systems} x {args.repeat}, budget {budget / 1e6:.0f} MB, "
+               f"{args.threads} threads x {reads} frames")
+    runs = common.run_matrix(
+        "play_scrub", systems, lambda s, r: params, repeat=args.repeat, timeout=args.timeout,
+        store=spec.path,
+        describe=lambda r: f"{r['reads_per_s']:.1f} frames/s, peak RSS {r['peak_rss_mb']:.0f} MB")
+    doc = common.document("memory", args, spec, systems, runs, MEMORY_METRICS,
+                          primary="reads_per_s", budget=budget)
+    hw = [r.get("high_water_mb") for r in runs.get("tsexplore", []) if r.get("ok")]
+    med = lambda k: common.median_of(doc["summary"], "tsexplore", k)  # noqa: E731
+    doc["targets"] = [
+        common.target("tsexplore cache high water (worst run) <= budget",
+                      max(hw) if hw else None, "<=", budget / 1e6, "MB"),
+        common.target("open a 10^15-element tse.synthetic", med("synthetic_open_s"), "<=", 1.0,
+                      "s"),
+        common.target("RSS growth opening it", med("synthetic_rss_mb"), "<=", 50.0, "MB"),
+    ]
+    title = (f"memory ({args.threads} threads x {reads} random frames, cache budget "
+             f"{budget / 1e6:.0f} MB; median of {args.repeat} runs)")
+    common.report(doc, MEMORY_METRICS, title, args.json_only)
+    return common.exit_status(doc, args.check)

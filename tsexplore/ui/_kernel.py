@@ -1,0 +1,86 @@
+"""Where widget updates run: the Jupyter kernel's IOLoop when there is one, else inline.
+
+Plot and widget updates send comm messages, which must happen on the kernel's main thread.
+Background threads (the view thread, the profile thread) hand their updates to
+:func:`dispatch`; the StatsPanel's timer runs on the IOLoop (or on a ``tsexplore-stats-*``
+thread when there is no kernel, e.g. in headless tests).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def kernel_loop() -> Any:
+    """The running IPython kernel's tornado IOLoop, or None outside a kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return None
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    return getattr(kernel, "io_loop", None)
+
+
+class Dispatcher:
+    """Runs callbacks on the kernel's IOLoop (from any thread), or inline under a lock."""
+
+    def __init__(self, loop: Any = "auto") -> None:
+        self.loop = kernel_loop() if loop == "auto" else loop
+        self._lock = threading.RLock()
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.loop is not None:
+            self.loop.add_callback(fn, *args)
+        else:
+            with self._lock:
+                fn(*args)
+
+
+class Timer:
+    """Calls ``fn`` every ``interval`` seconds: a PeriodicCallback on the kernel's IOLoop, or
+    a ``tsexplore-stats-*`` thread outside a kernel. ``stop()`` ends it."""
+
+    def __init__(self, fn: Callable[[], Any], interval: float, name: str, loop: Any = "auto") -> None:
+        self.fn = fn
+        self.interval = float(interval)
+        self.loop = kernel_loop() if loop == "auto" else loop
+        self._stop = threading.Event()
+        self._pc: Any = None
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+        self.last_error: BaseException | None = None
+        if self.loop is not None:
+            from tornado.ioloop import PeriodicCallback
+
+            self._pc = PeriodicCallback(self._safe, self.interval * 1000)
+            self.loop.add_callback(self._pc.start)
+        else:
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+            self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return not self._stop.is_set()
+
+    def _safe(self) -> None:
+        if self._stop.is_set():
+            return
+        try:
+            self.fn()
+        except Exception as exc:  # noqa: BLE001 - one bad tick must not stop the panel
+            self.errors += 1
+            self.last_error = exc
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._safe()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._pc is not None:
+            self.loop.add_callback(self._pc.stop)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)

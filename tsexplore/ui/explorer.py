@@ -1,0 +1,438 @@
+"""The Explorer widget: a thin ipywidgets + holoviews face over :class:`ViewController`.
+
+The image travels to the browser at screen resolution as ``uint8`` colour indices (one byte
+per pixel, 0 = NaN) with a fixed 256-colour mapper, never as the float frame; plot updates go
+through the ipywidgets comm (``hv.extension('bokeh', inline=True, comms='ipywidgets')``).
+Frames arrive on the controller's view thread and are painted on the kernel's IOLoop.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..controller import Frame, PlaneGeometry, ViewController, ViewState, stream_profile
+from ..errors import ConfigError, TsExploreError
+from ._axes import AxisMap
+from ._kernel import Dispatcher
+
+CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
+NAN_COLOUR = "#d9d9d9"
+
+
+def palette(name: str) -> list[str]:
+    """256 colours: index 0 for NaN, 1..255 along colormap ``name``."""
+    from holoviews.plotting.util import process_cmap
+
+    return [NAN_COLOUR, *process_cmap(name, 255)]
+
+
+def _ensure_bokeh() -> Any:
+    import holoviews as hv
+    import holoviews.plotting.bokeh  # noqa: F401 - registers the bokeh renderer
+
+    if hv.Store.current_backend != "bokeh":
+        hv.Store.set_current_backend("bokeh")
+    return hv
+
+
+def _as_dataset(obj: Any) -> Any:
+    import xarray as xr
+
+    if isinstance(obj, xr.DataArray):
+        return obj.to_dataset(name=obj.name or "data")
+    if isinstance(obj, xr.Dataset):
+        return obj
+    raise TsExploreError(
+        f"explore() takes an xarray Dataset or DataArray, got {type(obj).__name__}; "
+        "open data with tse.open_dataset(...) first"
+    )
+
+
+def _source_of(ds: Any, var: str) -> Any:
+    from ..xarray import open_dataset, sources_of
+
+    found = sources_of(ds[var])
+    if not found:  # a plain xarray object: wrap it so reads go through the engine
+        found = sources_of(open_dataset(ds[[var]])[var])
+    if not found:
+        raise TsExploreError(f"variable {var!r} cannot be read through the tsexplore engine")
+    return found[0]
+
+
+class Explorer:
+    """Browse one variable of a Dataset: pickers, sliders, a zoomable image, a profile."""
+
+    def __init__(
+        self,
+        obj: Any,
+        var: str | None = None,
+        *,
+        x: str | None = None,
+        y: str | None = None,
+        width: int = 560,
+        height: int = 420,
+        cmap: str = "viridis",
+        clim: tuple[float, float] | None = None,
+        max_chunks: int = 256,
+        stats: bool = True,
+        view: dict[str, Any] | None = None,
+        dispatch: Any = "auto",
+    ) -> None:
+        import ipywidgets as w
+
+        self.hv = _ensure_bokeh()
+        self.ds = _as_dataset(obj)
+        self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
+        if not self.names:
+            raise TsExploreError(f"no variable with 2 or more dims to show; got {list(self.ds.data_vars)}")
+        var = var or self.names[0]
+        if var not in self.names:
+            raise ConfigError(f"var={var!r} is not one of the 2-D+ variables {self.names}")
+        if cmap not in CMAPS:
+            raise ConfigError(f"cmap={cmap!r} is not one of {CMAPS}")
+        self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
+        self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
+        self.controller: ViewController | None = None
+        self._painted = -1
+        self._paint_lock = threading.Lock()
+        self._initial_view = dict(view or {})
+        self._profile_gen = 0
+        self._profile_thread: threading.Thread | None = None
+        self.painted_frames = 0
+        self.stats_panel: Any = None
+
+        self.var_picker = w.Dropdown(options=self.names, value=var, description="variable")
+        dims = list(self.ds[var].dims)
+        self.y_picker = w.Dropdown(options=dims, value=y or dims[-2], description="y")
+        self.x_picker = w.Dropdown(options=dims, value=x or dims[-1], description="x")
+        self.cmap_picker = w.Dropdown(options=list(CMAPS), value=cmap, description="colormap")
+        self.clim_mode = w.ToggleButtons(
+            options=["robust", "fixed"], value="fixed" if clim else "robust", description="range"
+        )
+        lo, hi = clim or (0.0, 1.0)
+        self.clim_lo = w.FloatText(value=lo, description="min", layout=w.Layout(width="160px"))
+        self.clim_hi = w.FloatText(value=hi, description="max", layout=w.Layout(width="160px"))
+        self.info = w.HTML(value="")
+        self.sliders: dict[str, Any] = {}
+        self.readouts: dict[str, Any] = {}
+        self.players: dict[str, Any] = {}
+        self.slider_box = w.VBox()
+        self.plot_box = w.Box()
+        controls = w.VBox(
+            [
+                w.HBox([self.var_picker, self.y_picker, self.x_picker]),
+                w.HBox([self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi]),
+                self.slider_box,
+            ]
+        )
+        self.main = w.VBox([controls, self.plot_box, self.info])
+        children = [self.main]
+        if stats:
+            from .stats_panel import StatsPanel
+
+            self.stats_panel = StatsPanel(explorer=self)
+            children.append(self.stats_panel.widget)
+        self.widget = w.HBox(children)
+        self.widget.add_class("tsexplore-explorer")
+
+        self.var_picker.observe(self._on_var, "value")
+        self.y_picker.observe(self._on_dims, "value")
+        self.x_picker.observe(self._on_dims, "value")
+        self.cmap_picker.observe(self._on_cmap, "value")
+        for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
+            ctl.observe(self._on_clim, "value")
+        self._build()
+
+    # -- building --------------------------------------------------------------------------
+    def _build(self) -> None:
+        """(Re)build controller, sliders and plot for the current variable and x/y dims."""
+        import ipywidgets as w
+
+        hv = self.hv
+        if self.controller is not None:
+            self.controller.close()
+        var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
+        if ydim == xdim:
+            others = [d for d in self.ds[var].dims if d != xdim]
+            self.y_picker.value = ydim = others[-1]
+        da = self.ds[var]
+        self.da = da
+        self.source = _source_of(self.ds, var)
+        self.geometry = PlaneGeometry.of(self.source, ydim, xdim)
+        self.axes = {d: AxisMap.of(da, d) for d in da.dims}
+        view = self._initial_view
+        self._initial_view = {}
+        indices = {d: int(view.get(d, 0)) for d in self.geometry.slider_dims}
+        state = ViewState(
+            indices=tuple(sorted(indices.items())),
+            y_range=view.get("y_range"),
+            x_range=view.get("x_range"),
+            height=self.height,
+            width=self.width,
+        )
+        self.controller = ViewController(
+            self.source,
+            self.geometry,
+            state=state,
+            on_frame=self._on_frame,
+            on_error=self._on_error,
+            max_chunks=self.max_chunks,
+            clim=self._clim(),
+        )
+        # sliders: one per other dim, with play/pause, speed and the coordinate value
+        rows = []
+        self.sliders, self.readouts, self.players = {}, {}, {}
+        for dim in self.geometry.slider_dims:
+            n = int(da.sizes[dim])
+            slider = w.IntSlider(value=indices[dim], min=0, max=n - 1, description=dim,
+                                 continuous_update=True, layout=w.Layout(width="420px"))
+            play = w.Play(value=indices[dim], min=0, max=n - 1, interval=200, description=f"play {dim}")
+            w.jslink((play, "value"), (slider, "value"))
+            speed = w.Dropdown(options=[("1 fps", 1000), ("5 fps", 200), ("10 fps", 100), ("25 fps", 40)],
+                               value=200, layout=w.Layout(width="90px"))
+            w.link((speed, "value"), (play, "interval"))
+            readout = w.Label(value=self.axes[dim].label(indices[dim]))
+            slider.observe(lambda ch, d=dim: self._on_index(d, ch["new"]), "value")
+            self.sliders[dim], self.readouts[dim], self.players[dim] = slider, readout, play
+            rows.append(w.HBox([slider, play, speed, readout]))
+        self.slider_box.children = rows
+        # the plot: image (uint8 colour indices) + profile, pan/zoom and tap streams
+        self._pipe = hv.streams.Pipe(data=None)
+        self._profile_pipe = hv.streams.Pipe(data=None)
+        self.image_map = hv.DynamicMap(self._image, streams=[self._pipe])
+        self.profile_map = hv.DynamicMap(self._profile, streams=[self._profile_pipe])
+        self.range_stream = hv.streams.RangeXY(source=self.image_map)
+        self.range_stream.add_subscriber(self._on_range)
+        self.tap_stream = hv.streams.Tap(source=self.image_map)
+        self.tap_stream.add_subscriber(self._on_tap)
+        layout = (self.image_map + self.profile_map).opts(shared_axes=False)
+        import panel as pn
+
+        self.plot_widget = pn.ipywidget(layout)
+        self.plot_box.children = [self.plot_widget]
+        self.controller.update()
+
+    def _clim(self) -> tuple[float, float] | None:
+        if self.clim_mode.value == "robust":
+            return None
+        lo, hi = float(self.clim_lo.value), float(self.clim_hi.value)
+        if not hi > lo:
+            raise ConfigError(f"the colour range needs max > min, got min={lo} max={hi}")
+        return (lo, hi)
+
+    # -- holoviews callbacks (kernel thread) -------------------------------------------------
+    def _title(self, frame: Frame | None) -> str:
+        var = self.var_picker.value
+        if frame is None:
+            return f"{var} (loading)"
+        parts = [f"{d}={frame.request.state.index(d)} ({self.axes[d].label(frame.request.state.index(d))})"
+                 for d in self.geometry.slider_dims]
+        return " · ".join([var, *parts])
+
+    def _image(self, data: Frame | None) -> Any:
+        hv = self.hv
+        geom = self.geometry
+        ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
+        if data is None:
+            ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
+            img = np.zeros((1, 1), dtype=np.uint8)
+            (l, r), (b, t) = ax.edges(0, nx, nx), ay.edges(0, ny, ny)
+        else:
+            img = data.image
+            (y0, y1), (x0, x1) = data.request.region
+            sy, sx = data.request.step
+            (l, r), (b, t) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
+            # hv.Image rows run top (high y) to bottom; flip so coordinates increase upwards
+            img = img[::-1] if ay.dc > 0 else img
+            img = img[:, ::-1] if ax.dc < 0 else img
+        xlabel = f"{geom.xdim} ({ax.units})" if ax.units else geom.xdim
+        ylabel = f"{geom.ydim} ({ay.units})" if ay.units else geom.ydim
+        return hv.Image(np.ascontiguousarray(img), bounds=(l, b, r, t), kdims=[geom.xdim, geom.ydim],
+                        vdims=["colour index"]).opts(
+            cmap=palette(self.cmap_picker.value), clim=(0, 255), colorbar=False,
+            frame_width=self.width, frame_height=self.height, title=self._title(data),
+            tools=["tap"], active_tools=["wheel_zoom"], xlabel=xlabel, ylabel=ylabel,
+            default_tools=["pan", "wheel_zoom", "box_zoom", "reset", "save"],
+        )
+
+    def _profile(self, data: Any) -> Any:
+        hv = self.hv
+        dim = self.profile_dim
+        if dim is None:
+            return hv.Curve([], "index", self.var_picker.value).opts(title="no slider dim")
+        axis = self.axes[dim]
+        xs = np.arange(axis.size) if data is None else data[0]
+        ys = np.full(axis.size, np.nan) if data is None else data[1]
+        title = "click the image for a profile" if data is None else data[2]
+        return hv.Curve((xs, ys), f"{dim} index", self.var_picker.value).opts(
+            frame_width=260, frame_height=self.height // 2, title=title, framewise=True,
+        )
+
+    @property
+    def profile_dim(self) -> str | None:
+        dims = self.geometry.slider_dims
+        return dims[0] if dims else None
+
+    # -- events ----------------------------------------------------------------------------
+    def _on_index(self, dim: str, value: int) -> None:
+        self.readouts[dim].value = self.axes[dim].label(int(value))
+        assert self.controller is not None
+        self.controller.update(indices={dim: int(value)})
+
+    def _on_range(self, x_range: Any = None, y_range: Any = None) -> None:
+        if self.controller is None or x_range is None or y_range is None:
+            return
+        geom = self.geometry
+        xr_ = self.axes[geom.xdim].index_range(*x_range)
+        yr_ = self.axes[geom.ydim].index_range(*y_range)
+        if (xr_, yr_) != (self.controller.state.x_range, self.controller.state.y_range):
+            self.controller.update(x_range=xr_, y_range=yr_)
+
+    def _on_var(self, change: Any) -> None:
+        dims = list(self.ds[change["new"]].dims)
+        with self.y_picker.hold_trait_notifications(), self.x_picker.hold_trait_notifications():
+            self.y_picker.unobserve(self._on_dims, "value")
+            self.x_picker.unobserve(self._on_dims, "value")
+            self.y_picker.options, self.x_picker.options = dims, dims
+            self.y_picker.value, self.x_picker.value = dims[-2], dims[-1]
+            self.y_picker.observe(self._on_dims, "value")
+            self.x_picker.observe(self._on_dims, "value")
+        self._build()
+
+    def _on_dims(self, change: Any) -> None:
+        self._build()
+
+    def _on_cmap(self, change: Any) -> None:
+        frame = self.controller.frame if self.controller else None
+        self._pipe.send(frame)
+
+    def _on_clim(self, change: Any) -> None:
+        try:
+            clim = self._clim()
+        except ConfigError as exc:
+            self.info.value = f"<span style='color:#b00'>{exc}</span>"
+            return
+        assert self.controller is not None
+        self.controller.clim = clim
+        self.controller.refresh()
+
+    def _on_frame(self, frame: Frame) -> None:  # view thread
+        self.dispatch(self._paint, frame)
+
+    def _on_error(self, exc: BaseException) -> None:  # view thread
+        self.dispatch(self._show_error, exc)
+
+    def _show_error(self, exc: BaseException) -> None:
+        self.info.value = f"<span style='color:#b00'>read failed: {type(exc).__name__}: {exc}</span>"
+
+    def _paint(self, frame: Frame) -> None:
+        """Show ``frame`` unless a newer one is already on screen (kernel thread)."""
+        with self._paint_lock:
+            if frame.generation <= self._painted or self.controller is None:
+                return
+            self._painted = frame.generation
+        self._pipe.send(frame)
+        self.painted_frames += 1
+        (y0, y1), (x0, x1) = frame.request.region
+        ny, nx = frame.image.shape
+        lo, hi = frame.clim
+        self.info.value = (
+            f"<code>gen {frame.generation}: {ny}×{nx} px of y[{y0}:{y1}:{frame.request.step[0]}] "
+            f"x[{x0}:{x1}:{frame.request.step[1]}], {len(frame.request.chunks)} chunks, "
+            f"{frame.elapsed * 1e3:.0f} ms, colour range [{lo:.4g}, {hi:.4g}]</code>"
+        )
+
+    @property
+    def painted_generation(self) -> int:
+        return self._painted
+
+    # -- click -> profile ----------------------------------------------------------------------
+    def _on_tap(self, x: Any = None, y: Any = None) -> None:
+        if x is None or y is None or self.profile_dim is None:
+            return
+        geom = self.geometry
+        ix = int(round(self.axes[geom.xdim].to_index(x)))
+        iy = int(round(self.axes[geom.ydim].to_index(y)))
+        self.profile_at(iy, ix)
+
+    def profile_at(self, iy: int, ix: int) -> threading.Thread | None:
+        """Stream the profile through pixel ``(iy, ix)`` along the first slider dim."""
+        geom = self.geometry
+        ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
+        dim = self.profile_dim
+        if dim is None or not (0 <= iy < ny and 0 <= ix < nx):
+            return None
+        assert self.controller is not None
+        point = dict(self.controller.state.indices)
+        point.update({geom.ydim: iy, geom.xdim: ix})
+        self._profile_gen += 1
+        gen = self._profile_gen
+        title = f"{self.var_picker.value} at {geom.ydim}={iy}, {geom.xdim}={ix}"
+
+        def run() -> None:
+            import time
+
+            last = 0.0
+            values = None
+            try:
+                for values, _filled in stream_profile(
+                    self.source, geom, point, dim, cancelled=lambda: gen != self._profile_gen
+                ):
+                    if time.monotonic() - last > 0.2:
+                        last = time.monotonic()
+                        self.dispatch(self._send_profile, gen, values.copy(), title + " …")
+            except TsExploreError as exc:
+                self.dispatch(self._show_error, exc)
+                return
+            if values is not None and gen == self._profile_gen:
+                self.profile_values = values.copy()
+                self.dispatch(self._send_profile, gen, values.copy(), title)
+
+        t = threading.Thread(target=run, name=f"tsexplore-profile-{self.controller.id}", daemon=True)
+        self._profile_thread = t
+        t.start()
+        return t
+
+    def _send_profile(self, gen: int, values: np.ndarray, title: str) -> None:
+        if gen == self._profile_gen:
+            self._profile_pipe.send((np.arange(values.size), values, title))
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the view thread, the profile thread and the stats timer; close the widgets."""
+        self._profile_gen += 1
+        if self.controller is not None:
+            self.controller.close()
+        if self._profile_thread is not None:
+            self._profile_thread.join(2.0)
+        if self.stats_panel is not None:
+            self.stats_panel.close()
+        self.widget.close()
+
+    def __enter__(self) -> Explorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Explorer {self.var_picker.value} {self.controller!r}>"
+
+
+def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
+    """An :class:`Explorer` on a Dataset or DataArray (``ds.tse.explore()`` calls this)."""
+    try:
+        import holoviews  # noqa: F401
+        import ipywidgets  # noqa: F401
+        import panel  # noqa: F401
+    except ImportError as exc:
+        from ..errors import missing_dependency
+
+        raise missing_dependency(exc.name or "ipywidgets", "lab", "the Explorer") from exc
+    return Explorer(obj, var, **kwargs)
