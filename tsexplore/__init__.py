@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Priority",
+    "advise",
     "StatsSnapshot",
     "TsExploreError",
     "batches",
@@ -97,6 +98,13 @@ def batches(obj: Any, sample: Any, **kwargs: Any) -> Any:
     from .loader import batches as _batches
 
     return _batches(obj, sample, **kwargs)
+
+
+def advise(source: Any, pattern: str = "scrub", **kwargs: Any) -> Any:
+    """Measured chunk/codec advice for an access pattern; see :mod:`tsexplore.advice`."""
+    from .advice import advise as _advise
+
+    return _advise(source, pattern, **kwargs)
 
 
 class _Session:
