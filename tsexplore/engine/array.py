@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,25 +42,53 @@ def read_selection(
     engine = get_engine()
     engine._check_caller()
     indices = list(plan.chunk_indices())
-    futures = engine.request(source, indices, priority, channel=channel, generation=generation)
+    items = engine.request_mixed(source, indices, priority, channel=channel, generation=generation)
     if observe and priority is Priority.VISIBLE:
         engine.prefetcher.observe(source, plan)
-    return assemble(plan, futures, source.dtype, timeout)
+    return assemble(plan, items, source.dtype, timeout)
 
 
-def assemble(plan: SelectionPlan, futures: list, dtype: np.dtype, timeout: float | None) -> np.ndarray:
-    """Copy each chunk's piece into the output as its read completes."""
+def assemble(plan: SelectionPlan, items: list, dtype: np.dtype, timeout: float | None) -> np.ndarray:
+    """Copy each chunk's piece into the output (cached arrays first, then reads as they end)."""
+    import concurrent.futures as cf
     import itertools
 
     out = np.empty(plan.block_shape, dtype=dtype)
-    if futures:
-        combos = itertools.product(*(d.pieces for d in plan.dims))
-        for pieces, fut in zip(combos, futures):
-            chunk = wait_all([fut], timeout)[0]
-            local = tuple(p[1] for p in pieces)
-            target = tuple(p[2] for p in pieces)
-            out[target] = take_piece(chunk, local)
+    if not items:
+        return finish(out, plan)
+    basic = all(isinstance(p[1], slice) for d in plan.dims for p in d.pieces)
+    combos = list(itertools.product(*(d.pieces for d in plan.dims)))
+    pending = []
+    for pieces, item in zip(combos, items):
+        if isinstance(item, cf.Future):
+            pending.append((pieces, item))
+            continue
+        _place(out, item, pieces, basic)
+    for pieces, fut in pending:
+        _place(out, wait_all([fut], timeout)[0], pieces, basic)
     return finish(out, plan)
+
+
+def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool) -> None:
+    target = tuple(p[2] for p in pieces)
+    local = tuple(p[1] for p in pieces)
+    out[target] = chunk[local] if basic else take_piece(chunk, local)
+
+
+def _empty_slices_forward(key: indexing.ExplicitIndexer, shape: tuple[int, ...]) -> Any:
+    """Rewrite slices that select nothing as ``slice(0, 0)``.
+
+    xarray's ``decompose_indexer`` raises IndexError on an empty negative-step slice (e.g.
+    ``slice(None, 0, -1)`` on a length-1 axis), for every backend.
+    """
+    parts = key.tuple
+    empty = [
+        isinstance(k, slice) and (k.step or 1) < 0 and len(range(*k.indices(n))) == 0
+        for k, n in zip(parts, shape)
+    ]
+    if not any(empty):
+        return key
+    return type(key)(tuple(slice(0, 0, 1) if e else k for k, e in zip(parts, empty)))
 
 
 class StreamingArray(BackendArray):
@@ -71,6 +100,7 @@ class StreamingArray(BackendArray):
         self.dtype = np.dtype(source.dtype)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        key = _empty_slices_forward(key, self.shape)
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self._raw_getitem
         )
@@ -88,10 +118,17 @@ class StreamingArray(BackendArray):
         elif isinstance(chunks, dict):
             chunks = tuple(chunks.get(d, c) or c for d, c in zip(self.source.dims, native))
         adapter = _DaskAdapter(self.source)
+        if name is None:
+            # deterministic across processes; key_split() shows "tsexplore-<variable>"
+            from dask.base import tokenize
+
+            label = "".join(c if c.isalnum() else "_" for c in str(getattr(self.source, "name", "data")))
+            name = f"tsexplore-{label}-{tokenize(self.source.token, chunks)}"
+        _dask_sources[name] = self.source
         return da.from_array(
             adapter,
             chunks=chunks,
-            name=name or f"tsexplore-{self.source.token}-{hash(str(chunks)) & 0xFFFFFFFF:x}",
+            name=name,
             lock=False,
             asarray=False,
             fancy=False,
@@ -101,6 +138,18 @@ class StreamingArray(BackendArray):
 
     def __repr__(self) -> str:
         return f"StreamingArray({self.source!r})"
+
+
+#: dask array name -> the source its tasks read (how tse.reduce finds the source again)
+_dask_sources: weakref.WeakValueDictionary[str, ChunkSource] = weakref.WeakValueDictionary()
+
+
+def dask_source(array: Any) -> ChunkSource | None:
+    """The source behind a dask array made by :meth:`StreamingArray.to_dask` (else None).
+
+    Only the untouched array qualifies: any dask operation on it gives a new name.
+    """
+    return _dask_sources.get(getattr(array, "name", None) or "")
 
 
 class _DaskAdapter:

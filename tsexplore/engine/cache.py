@@ -59,6 +59,18 @@ class ChunkCache:
                 self._data.move_to_end(key)
             return value
 
+    def get_many(self, keys: list[Hashable]) -> list[np.ndarray | None]:
+        """Look several keys up under one lock acquisition (None where absent)."""
+        with self._lock:
+            data = self._data
+            out = []
+            for key in keys:
+                value = data.get(key)
+                if value is not None:
+                    data.move_to_end(key)
+                out.append(value)
+            return out
+
     def __contains__(self, key: Hashable) -> bool:
         with self._lock:
             return key in self._data

@@ -148,12 +148,32 @@ class Engine:
         ``generation``, a newer generation of the same channel cancels queued reads that only
         older generations wanted (their futures raise :class:`RequestCancelledError`).
         """
+        out = []
+        for item in self.request_mixed(source, indices, priority, channel=channel, generation=generation):
+            if isinstance(item, cf.Future):
+                out.append(item)
+            else:
+                fut: cf.Future = cf.Future()
+                fut.set_result(item)
+                out.append(fut)
+        return out
+
+    def request_mixed(
+        self,
+        source: ChunkSource,
+        indices: Iterable[ChunkIndex],
+        priority: Priority = Priority.VISIBLE,
+        *,
+        channel: str | None = None,
+        generation: int | None = None,
+    ) -> list[np.ndarray | cf.Future]:
+        """Like :meth:`request`, but cached chunks come back as arrays (the fast path)."""
         if self._closed:
             raise EngineClosedError("the tsexplore engine is closed; call tse.open_dataset again")
-        futures: list[cf.Future] = []
-        new_reads = False
         waiting = priority is not Priority.SPECULATIVE
         owner = None
+        token = source.token
+        keys = [(token, tuple(index)) for index in indices]
         with self._lock:
             if channel is not None:
                 gen = self._generations.get(channel, -1) if generation is None else generation
@@ -161,58 +181,63 @@ class Engine:
                     self._generations[channel] = gen
                     self._cancel_older_locked(channel, gen)
                 owner = (channel, gen)
-        hits = misses = joined = prefetch = 0
-        for index in indices:
-            key = self.key(source, index)
-            value = self.cache.get(key)
+        found = self.cache.get_many(keys)
+        out: list[np.ndarray | cf.Future] = []
+        hits = misses = joined = prefetch = used = 0
+        new_reads = False
+        missing = [k for k, v in zip(keys, found) if v is None]
+        reads: dict[ChunkKey, _Read] = {}
+        if missing:
+            with self._lock:
+                for key in missing:
+                    read = self._reads.get(key)
+                    if read is not None and read.state in ("queued", "running"):
+                        if read.priority is Priority.SPECULATIVE and priority is Priority.VISIBLE:
+                            self._prefetch_behind_until = time.monotonic() + 2.0
+                        if waiting:
+                            joined += 1
+                            if key in self._prefetched:
+                                self._prefetched.discard(key)
+                                used += 1
+                        if priority < read.priority:
+                            read.priority = priority
+                            if read.state == "queued":
+                                heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+                    else:
+                        read = _Read(key, source, key[1], priority)
+                        self._reads[key] = read
+                        heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+                        new_reads = True
+                        if waiting and priority is Priority.VISIBLE:
+                            misses += 1
+                        else:
+                            prefetch += 1
+                            if priority is Priority.SPECULATIVE:
+                                self._prefetched.add(key)
+                    if owner is not None:
+                        read.owners.add(owner)
+                    elif waiting:
+                        read.anonymous += 1
+                    reads[key] = read
+        for key, value in zip(keys, found):
             if value is not None:
-                fut: cf.Future = cf.Future()
-                fut.set_result(value)
-                futures.append(fut)
+                out.append(value)
                 if waiting:
                     hits += 1
-                    if key in self._prefetched:
+                    if self._prefetched and key in self._prefetched:
                         self._prefetched.discard(key)
-                        self.stats.count("prefetch_used")
-                continue
-            with self._lock:
-                read = self._reads.get(key)
-                if read is not None and read.state in ("queued", "running"):
-                    if read.priority is Priority.SPECULATIVE and priority is Priority.VISIBLE:
-                        self._prefetch_behind_until = time.monotonic() + 2.0
-                    if waiting:
-                        joined += 1
-                        if key in self._prefetched:
-                            self._prefetched.discard(key)
-                            self.stats.count("prefetch_used")
-                    if priority < read.priority:
-                        read.priority = priority
-                        if read.state == "queued":
-                            heapq.heappush(self._heap, (int(priority), next(self._seq), read))
-                else:
-                    read = _Read(key, source, key[1], priority)
-                    self._reads[key] = read
-                    heapq.heappush(self._heap, (int(priority), next(self._seq), read))
-                    new_reads = True
-                    if waiting and priority is Priority.VISIBLE:
-                        misses += 1
-                    else:
-                        prefetch += 1
-                        if priority is Priority.SPECULATIVE:
-                            self._prefetched.add(key)
-                if owner is not None:
-                    read.owners.add(owner)
-                elif waiting:
-                    read.anonymous += 1
-                futures.append(read.future)
-        for name, n in (("hits", hits), ("misses", misses), ("joined", joined)):
+                        used += 1
+            else:
+                out.append(reads[key].future)
+        for name, n in (
+            ("hits", hits), ("misses", misses), ("joined", joined),
+            ("prefetch_reads", prefetch), ("prefetch_used", used),
+        ):
             if n:
                 self.stats.count(name, n)
-        if prefetch:
-            self.stats.count("prefetch_reads", prefetch)
         if new_reads or joined:
             self._loop.call_soon_threadsafe(self._dispatch)
-        return futures
+        return out
 
     def _cancel_older_locked(self, channel: str, generation: int) -> None:
         cancelled = 0
