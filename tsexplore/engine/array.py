@@ -42,6 +42,8 @@ def read_selection(
     engine = get_engine()
     engine._check_caller()
     indices = list(plan.chunk_indices())
+    if engine.in_worker_thread():  # a source reading engine data: no queueing behind ourselves
+        return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
     items = engine.request_mixed(source, indices, priority, channel=channel, generation=generation)
     if observe and priority is Priority.VISIBLE:
         engine.prefetcher.observe(source, plan)

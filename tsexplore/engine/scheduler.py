@@ -36,7 +36,7 @@ from ..errors import (
     RequestCancelledError,
     TsExploreError,
 )
-from ..sources.base import ChunkIndex, ChunkSource
+from ..sources.base import ChunkIndex, ChunkSource, SyncChunkSource
 from .cache import ChunkCache
 from .stats import Stats, StatsSnapshot
 
@@ -384,6 +384,33 @@ class Engine:
                 read.future.set_result(result)
         self._dispatch()
 
+    # -- nested reads ------------------------------------------------------------------------
+    def in_worker_thread(self) -> bool:
+        """True on one of the engine's read threads (a source reading another engine array)."""
+        return threading.current_thread().name.startswith("tsexplore-read")
+
+    def read_inline(self, source: ChunkSource, index: ChunkIndex) -> np.ndarray:
+        """Read one chunk in the calling thread (cache first), bypassing the scheduler.
+
+        Used when a read thread itself needs engine data (an ArraySource over an engine-backed
+        variable): queueing behind itself on the same pool could deadlock.
+        """
+        key = (source.token, tuple(index))
+        value = self.cache.get(key)
+        if value is not None:
+            self.stats.count("hits")
+            return value
+        self.stats.count("misses")
+        self.stats.count("reads")
+        t0 = time.perf_counter()
+        if isinstance(source, SyncChunkSource):
+            array, encoded = source.read_chunk_sync(tuple(index))
+        else:
+            array, encoded = asyncio.run(source.read_chunk_counted(tuple(index)))
+        self.stats.record_read(encoded, array.nbytes, time.perf_counter() - t0)
+        self.cache.put(key, array)
+        return array
+
     # -- blocking helpers ---------------------------------------------------------------------
     def fetch(
         self,
@@ -397,6 +424,8 @@ class Engine:
     ) -> list[np.ndarray]:
         """Request chunks and wait for all of them (raising the first error)."""
         self._check_caller()
+        if self.in_worker_thread():
+            return [self.read_inline(source, i) for i in indices]
         futures = self.request(source, indices, priority, channel=channel, generation=generation)
         return wait_all(futures, timeout)
 
@@ -415,6 +444,10 @@ class Engine:
         their plan to the engine.
         """
         self._check_caller()
+        if self.in_worker_thread():
+            for index in order:
+                yield tuple(index), self.read_inline(source, tuple(index))
+            return
         if ahead is None:
             per = max(1, source.chunk_nbytes())
             limit = max(2, self.cache.budget // 4 // per)
