@@ -55,6 +55,7 @@ def open_dataset(
     storage_options: dict[str, Any] | None = None,
     *,
     grid: Any = None,
+    size: Any = None,
 ) -> xr.Dataset:
     """Open ``source`` as a lazy, engine-backed :class:`xarray.Dataset`.
 
@@ -68,11 +69,14 @@ def open_dataset(
     raising :class:`~tsexplore.errors.MissingChunkError`. ``chunks`` (``{}`` for the native
     grid, or a dict of sizes) gives dask arrays whose tasks read through the engine.
     ``grid`` sets the virtual chunk grid of sources that have none (``.npy``, NetCDF3, NumPy).
+    ``size`` (an int or ``(height, width)``) resizes every image of an image folder.
     """
     _check(missing, prefetch, cache_bytes)
     if cache_bytes is not None:
         set_cache_bytes(int(cache_bytes))
-    group = open_group(source, storage_options=storage_options, missing=missing, grid=grid)
+    group = open_group(
+        source, storage_options=storage_options, missing=missing, grid=grid, size=size
+    )
     for src in group.variables.values():
         src.missing = missing  # type: ignore[attr-defined]
     get_engine()

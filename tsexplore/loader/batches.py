@@ -20,7 +20,7 @@ from .. import config
 from ..engine.scheduler import get_engine
 from ..errors import ConfigError, missing_dependency
 from .plan import EpochPlan, WindowGrid, epoch_plan, shuffle_quality
-from .variables import LoaderVariable, PendingRegion, resolve_variable
+from .variables import DeferredRegion, LoaderVariable, PendingRegion, resolve_variable
 
 BACKENDS = ("numpy", "cupy")
 MAX_DEFAULT_BUFFER = 64
@@ -92,7 +92,7 @@ def _variables(obj: Any) -> tuple[list[LoaderVariable], bool]:
         found.sort(key=lambda v: -len(v.dims))
         return found, len(found) == 1
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
-        return _variables(xr.DataArray(obj))
+        return _variables(xr.DataArray(obj, name="data"))
     raise ConfigError(
         f"tse.batches needs an xarray DataArray/Dataset or an array, got {type(obj).__name__}"
     )
@@ -261,7 +261,7 @@ class Batches:
         release_order = np.argsort(plan.last_use, kind="stable").tolist()
         first_use = plan.first_use
         last_use = plan.last_use
-        pending: dict[int, list[PendingRegion]] = {}
+        pending: dict[int, list[PendingRegion | DeferredRegion]] = {}
         buffer: dict[int, list[np.ndarray]] = {}
         issued = loaded = released = 0
         window = self.window
@@ -417,4 +417,3 @@ def batches(
         return_index=return_index,
         timeout=timeout,
     )
-    return out

@@ -36,6 +36,9 @@ class LoaderVariable:
     template: tuple[tuple[str, int], ...]
     #: positions of ``dims`` among the loader's (primary variable's) dims
     axes: tuple[int, ...] = ()
+    #: an object read lazily in the consumer's thread (an xarray Variable over a lazy
+    #: backend, or a dask array), when it cannot be read chunk by chunk by the engine
+    lazy: Any = None
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -59,8 +62,10 @@ class LoaderVariable:
                 key.append(slice(value + sl.start, value + sl.stop))
         return tuple(key)
 
-    def request(self, engine: Engine, region: tuple[slice, ...]) -> PendingRegion:
+    def request(self, engine: Engine, region: tuple[slice, ...]) -> PendingRegion | DeferredRegion:
         """Ask the engine for the chunks of ``region`` (PLANNED: the loader's known future)."""
+        if self.lazy is not None:
+            return DeferredRegion(self.lazy, self.source_key(region), self.dtype)
         plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
         futures = engine.request(self.source, list(plan.chunk_indices()), Priority.PLANNED)
         return PendingRegion(plan, futures, self.dtype, sum(f.done() for f in futures))
@@ -83,6 +88,29 @@ class PendingRegion:
         return assemble(self.plan, self.futures, self.dtype, timeout)
 
 
+@dataclass
+class DeferredRegion:
+    """A region of a lazy object, computed when asked for, in the caller's thread.
+
+    Such objects may themselves read through the engine (CF-decoded or fancy-indexed
+    engine variables, dask graphs over it); computing them on an engine thread could wait
+    for that same thread pool.
+    """
+
+    obj: Any
+    key: tuple[Any, ...]
+    dtype: np.dtype
+    futures: tuple[()] = ()
+    hits: int = 0
+
+    def result(self, timeout: float | None = None) -> np.ndarray:
+        region = self.obj[self.key]
+        region = getattr(region, "values", region)
+        if hasattr(region, "compute"):
+            region = region.compute()
+        return np.asarray(region, dtype=self.dtype)
+
+
 def _full(sl: slice, n: int) -> bool:
     return sl.indices(n)[2] == 1
 
@@ -93,6 +121,13 @@ def _direct(var: Any) -> tuple[ChunkSource, tuple[tuple[str, int], ...]] | None:
 
     data: Any = var._data
     key: tuple[Any, ...] | None = None
+    if hasattr(data, "dask"):  # open_dataset(chunks={}): dask tasks that read the engine
+        from ..engine.array import dask_source
+
+        found = dask_source(data)
+        if found is None or tuple(found.shape) != tuple(var.shape):
+            return None
+        return found, tuple(("slice", 0) for _ in found.shape)
     for _ in range(16):
         if isinstance(data, StreamingArray):
             break
@@ -137,10 +172,14 @@ def resolve_variable(name: str, var: Any) -> LoaderVariable:
     preferred = var.encoding.get("preferred_chunks")
     if isinstance(preferred, dict) and set(preferred) == set(dims):
         chunks = tuple(int(preferred[d]) for d in dims)
-    data = var.data if not _is_lazy_backend(var) else var
-    source = ArraySource(data, dims, chunks, dict(var.attrs), name)
+    lazy = None
+    if _is_lazy_backend(var):
+        lazy = var
+    elif hasattr(var.data, "dask"):
+        lazy = var.data
+    source = ArraySource(lazy if lazy is not None else var.data, dims, chunks, dict(var.attrs), name)
     template = tuple(("slice", 0) for _ in dims)
-    return LoaderVariable(name, source, dims, shape, np.dtype(var.dtype), template)
+    return LoaderVariable(name, source, dims, shape, np.dtype(var.dtype), template, lazy=lazy)
 
 
 def _is_lazy_backend(var: Any) -> bool:

@@ -52,14 +52,37 @@ def _is_zarr_path(path: str) -> bool:
     )
 
 
+def _is_image_folder(obj: Any) -> bool:
+    """A folder with images in it, or in class sub-folders one level down."""
+    if not isinstance(obj, (str, Path)) or not os.path.isdir(obj):
+        return False
+    for entry in os.scandir(obj):
+        if entry.is_file() and entry.name.lower().endswith(IMAGE_SUFFIXES):
+            return True
+    for entry in os.scandir(obj):
+        if entry.is_dir() and any(
+            n.lower().endswith(IMAGE_SUFFIXES) for n in os.listdir(entry.path)
+        ):
+            return True
+    return False
+
+
 def open_group(
     obj: Any,
     *,
     storage_options: dict[str, Any] | None = None,
     missing: str = "raise",
     grid: Any = None,
+    size: Any = None,
 ) -> SourceGroup:
-    """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source."""
+    """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source.
+
+    ``size`` (an int or ``(height, width)``) resizes the images of an image folder.
+    """
+    if size is not None and not _is_image_folder(obj):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"size= resizes the images of an image folder; {obj!r} is not one")
     if isinstance(obj, ChunkSource):
         return SourceGroup({getattr(obj, "name", None) or "data": obj}, attrs=dict(obj.attrs))
     if isinstance(obj, SourceGroup):
@@ -86,10 +109,8 @@ def open_group(
                 from .images import open_image_folder
             except ImportError:  # pragma: no cover - the images module is optional
                 open_image_folder = None  # type: ignore[assignment]
-            if open_image_folder is not None and any(
-                n.lower().endswith(IMAGE_SUFFIXES) for n in os.listdir(path)
-            ):
-                return open_image_folder(path)  # type: ignore[no-any-return]
+            if open_image_folder is not None and _is_image_folder(path):
+                return open_image_folder(path, size=size)  # type: ignore[no-any-return]
         if not os.path.exists(path):
             raise UnsupportedSourceError(f"{path!r} does not exist")
         raise UnsupportedSourceError(

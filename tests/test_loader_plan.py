@@ -1,0 +1,110 @@
+"""Property tests of the pure sample plan (no data is read here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsexplore.errors import ConfigError
+from tsexplore.loader.plan import WindowGrid, epoch_plan, lag1_correlation, shuffle_quality
+
+
+@st.composite
+def grids(draw: st.DrawFn) -> WindowGrid:
+    ndim = draw(st.integers(1, 3))
+    shape, window, stride, chunks, origin = [], [], [], [], []
+    for _ in range(ndim):
+        n = draw(st.integers(1, 40))
+        shape.append(n)
+        window.append(draw(st.integers(1, n)))
+        stride.append(draw(st.integers(1, 12)))
+        chunks.append(draw(st.integers(1, 16)))
+        origin.append(draw(st.integers(0, 20)))
+    return WindowGrid(tuple(shape), tuple(window), tuple(stride), tuple(chunks), tuple(origin))
+
+
+def brute_windows(g: WindowGrid) -> set[tuple[int, ...]]:
+    ranges = [range(0, n - w + 1, s) for n, w, s in zip(g.shape, g.window, g.stride)]
+    return set(map(tuple, np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, len(g.shape)).tolist()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(grids(), st.booleans(), st.integers(0, 2**31), st.integers(1, 8), st.integers(1, 4))
+def test_every_window_once_and_inside_its_block(g, shuffle, seed, buffer, nshards):
+    expected = brute_windows(g)
+    assert g.n_windows == len(expected)
+    seen: list[tuple[int, ...]] = []
+    for shard in range(nshards):
+        plan = epoch_plan(g, shuffle=shuffle, seed=seed, buffer=buffer, shard=shard, nshards=nshards)
+        starts = g.starts(plan.windows)
+        seen.extend(map(tuple, starts.tolist()))
+        for (pos, start) in zip(plan.block_pos.tolist(), starts.tolist()):
+            block = int(plan.blocks[pos])
+            region = g.block_region(block)
+            # the window lies in its block's region, and its start in the block's chunk
+            for a, (sl, s0, w) in enumerate(zip(region, start, g.window)):
+                assert sl.start <= s0 and s0 + w <= sl.stop
+                bidx = np.unravel_index(block, g.block_counts)[a]
+                chunk = (g.origin[a] + s0) // g.chunks[a]
+                first = (g.origin[a] + int(g.block_runs[a][bidx]) * g.stride[a]) // g.chunks[a]
+                assert chunk == first
+        # a rolling buffer of `buffer` blocks is enough for a window-by-window consumer
+        if shuffle:
+            assert plan.max_live_blocks() <= buffer
+        assert np.all(plan.first_use <= plan.last_use)
+    assert len(seen) == len(expected) and set(seen) == expected
+
+
+@settings(max_examples=30, deadline=None)
+@given(grids(), st.integers(2, 4), st.integers(0, 1000))
+def test_shards_read_disjoint_blocks(g, nshards, seed):
+    blocks = [set(epoch_plan(g, seed=seed, shard=s, nshards=nshards).blocks.tolist()) for s in range(nshards)]
+    for i in range(nshards):
+        for j in range(i + 1, nshards):
+            assert not blocks[i] & blocks[j]
+    assert set().union(*blocks) == set(range(g.n_blocks))
+
+
+def test_seed_and_epoch_determinism():
+    g = WindowGrid((64, 96, 96), (8, 16, 16), (8, 16, 16), (16, 32, 32))
+    a = epoch_plan(g, seed=3, epoch=0, buffer=4).windows
+    assert np.array_equal(a, epoch_plan(g, seed=3, epoch=0, buffer=4).windows)
+    assert not np.array_equal(a, epoch_plan(g, seed=4, epoch=0, buffer=4).windows)
+    assert not np.array_equal(a, epoch_plan(g, seed=3, epoch=1, buffer=4).windows)
+    ordered = epoch_plan(g, shuffle=False).windows
+    # no shuffle: blocks in C order, windows in C order inside each block
+    starts = g.starts(ordered)
+    first_block = [tuple(s) for s in starts[: g.block_sizes()[0]].tolist()]
+    assert first_block == sorted(first_block)
+    assert sorted(ordered.tolist()) == list(range(g.n_windows))
+
+
+def test_shuffle_quality_against_random_permutation():
+    # the full-size geometry: 512 x 1024 x 1024 in 16 x 256 x 256 chunks, 16 x 64 x 64 samples
+    g = WindowGrid((512, 1024, 1024), (16, 64, 64), (16, 64, 64), (16, 256, 256))
+    q16 = shuffle_quality(g, epoch_plan(g, buffer=16))
+    q1 = shuffle_quality(g, epoch_plan(g, buffer=1))
+    assert abs(q16["random_permutation"]) < 0.05
+    assert q16["plan"] < 0.15  # about 1 / buffer
+    assert q1["plan"] > 0.5  # one block at a time: consecutive samples are neighbours
+    assert q16["storage_order"] > 0.5
+
+
+def test_lag1_correlation_hand_values():
+    assert lag1_correlation(np.arange(100)[:, None]) == pytest.approx(1.0)
+    alternating = np.array([0, 10] * 50)[:, None]
+    assert lag1_correlation(alternating) == pytest.approx(-1.0)
+    assert lag1_correlation(np.zeros((10, 2))) == 0.0
+
+
+def test_bad_grids_are_refused():
+    with pytest.raises(ConfigError, match="only 10 long"):
+        WindowGrid((10,), (11,), (1,), (5,))
+    with pytest.raises(ConfigError, match=">= 1"):
+        WindowGrid((10,), (2,), (0,), (5,))
+    with pytest.raises(ConfigError, match="one entry per dimension"):
+        WindowGrid((10, 10), (2,), (1,), (5,))
+    with pytest.raises(ConfigError, match="buffer_chunks"):
+        epoch_plan(WindowGrid((10,), (2,), (2,), (5,)), buffer=0)

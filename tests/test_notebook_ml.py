@@ -1,0 +1,40 @@
+"""notebooks/04_ml_loading.ipynb runs top to bottom (nbclient, small data, a real kernel)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("torch")
+pytest.importorskip("tensorflow")
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_ml_loading.ipynb"
+
+
+@pytest.mark.slow
+def test_ml_notebook_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TSEXPLORE_SAMPLE_SIZE", "small")
+    monkeypatch.setenv("TSEXPLORE_DATA_DIR", str(tmp_path / "data"))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    assert not errors, errors
+    text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "sample size: small" in text
+    assert "a batch matches zarr slicing window by window" in text
+    assert re.search(r"tse\.batches: [\d,]+ samples/s", text)
+    assert "epoch 1:" in text and "keras loss per epoch" in text
+    assert "['cold', 'warm']" in text and "epoch 7: accuracy" in text
+    assert text.count("hit ratio") >= 5 and "num_workers=2" in text
+    assert (tmp_path / "data" / "sst_images" / "warm").is_dir()
+    rich = [o for o in outputs if o.get("output_type") in ("display_data", "execute_result")]
+    assert any("application/vnd.holoviews_load.v0+json" in o.get("data", {}) or "text/html" in o.get("data", {})
+               for o in rich)
