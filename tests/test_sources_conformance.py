@@ -155,13 +155,50 @@ class SourceConformance:
                         key.append(slice(None, None, -int(rng.integers(1, 3))))
                     else:
                         key.append(rng.integers(0, n, int(rng.integers(1, 5))))
-                expected = raw[np.ix_(*[np.arange(n)[k] if not isinstance(k, int) else [k]
-                                        for k, n in zip(key, raw.shape)])]
+                expected = raw[
+                    np.ix_(
+                        *[
+                            np.arange(n)[k] if not isinstance(k, int) else [k]
+                            for k, n in zip(key, raw.shape)
+                        ]
+                    )
+                ]
                 expected = expected.reshape(
                     [s for s, k in zip(expected.shape, key) if not isinstance(k, int)]
                 )
                 got = read_selection(src, tuple(key), timeout=60)
                 assert_same_values(got, expected)
+
+    def test_concurrent_reads_of_one_source(self, ds: xr.Dataset, case: Case) -> None:
+        """Four threads read every chunk at once (wrappers give each its own cache keys)."""
+        import random
+        import threading
+
+        from tsexplore.testing.wrappers import CountingSource
+
+        eng = get_engine()
+        errors: list[BaseException] = []
+
+        def worker(name: str, src: Any, seed: int) -> None:
+            try:
+                indices = list(src.iter_chunks())
+                random.Random(seed).shuffle(indices)
+                for idx, chunk in zip(indices, eng.fetch(src, indices, timeout=60)):
+                    expected = case.raw[name][src.chunk_slices(idx)]
+                    assert_same_values(chunk, expected.astype(expected.dtype.newbyteorder("=")))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = []
+        for name, src in self._sources(ds, case).items():
+            for seed in range(4):
+                wrapped = CountingSource(src)
+                threads.append(threading.Thread(target=worker, args=(name, wrapped, seed)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors[0]
 
     def test_pickled_source_reads_the_same(self, ds: xr.Dataset, case: Case) -> None:
         for name, src in self._sources(ds, case).items():
@@ -227,8 +264,11 @@ def write_zarr(url: str, fmt: int, codec: str, dtype: str = "float32") -> dict[s
         chunks = CHUNKS[-values.ndim :]
         if "shards" in extra:
             extra["shards"] = extra["shards"][-values.ndim :]
+        # a v2 fill_value is a CF mask for xarray (and so for tsexplore): none here, the
+        # masking semantics are checked against xr.open_zarr in TestZarrWrittenByXarray
+        fill = 0 if fmt == 3 else None
         arr = group.create_array(
-            name, shape=values.shape, chunks=chunks, dtype=values.dtype, fill_value=0, **extra
+            name, shape=values.shape, chunks=chunks, dtype=values.dtype, fill_value=fill, **extra
         )
         if fmt == 2:
             arr.attrs["_ARRAY_DIMENSIONS"] = list(dims[name])
@@ -236,7 +276,10 @@ def write_zarr(url: str, fmt: int, codec: str, dtype: str = "float32") -> dict[s
         arr[...] = values
     for dim, n in zip(DIMS, SHAPE):
         c = group.create_array(
-            dim, shape=(n,), chunks=(n,), dtype="int64",
+            dim,
+            shape=(n,),
+            chunks=(n,),
+            dtype="int64",
             **({"dimension_names": (dim,)} if fmt == 3 else {}),
         )
         if fmt == 2:
@@ -271,8 +314,9 @@ def zarr_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _zarr_case(root: Path | str, url: str, fmt: int, codec: str) -> Case:
-    group = zarr.open_group(str(root / f"v{fmt}-{codec}.zarr") if isinstance(root, Path) else root,
-                            mode="r")
+    group = zarr.open_group(
+        str(root / f"v{fmt}-{codec}.zarr") if isinstance(root, Path) else root, mode="r"
+    )
     data = {"v": np.asarray(group["v"][...]), "w": np.asarray(group["w"][...])}
     return Case(
         open=lambda: tse.open_dataset(url),
@@ -301,7 +345,9 @@ class TestZarrBigEndianV2(SourceConformance):
         path = str(tmp_path / "be.zarr")
         values = _truth(">i4")
         group = zarr.open_group(path, mode="w", zarr_format=2)
-        arr = group.create_array("v", shape=SHAPE, chunks=CHUNKS, dtype=">i4", compressors=None)
+        arr = group.create_array(
+            "v", shape=SHAPE, chunks=CHUNKS, dtype=">i4", compressors=None, fill_value=None
+        )
         arr.attrs["_ARRAY_DIMENSIONS"] = list(DIMS)
         arr[...] = values
         expected = xr.Dataset({"v": (DIMS, values.astype("<i4"))})
@@ -309,14 +355,21 @@ class TestZarrBigEndianV2(SourceConformance):
 
 
 class TestZarrMemory(SourceConformance):
-    @pytest.fixture(params=[(3, "zstd"), (3, "sharding"), (2, "blosc"), (2, "none")],
-                    ids=["v3-zstd", "v3-sharding", "v2-blosc", "v2-none"])
+    @pytest.fixture(
+        params=[(3, "zstd"), (3, "sharding"), (2, "blosc"), (2, "none")],
+        ids=["v3-zstd", "v3-sharding", "v2-blosc", "v2-none"],
+    )
     def case(self, request: pytest.FixtureRequest) -> Case:
         fmt, codec = request.param
         url = f"memory://tse-{uuid.uuid4().hex[:8]}/v{fmt}-{codec}.zarr"
         data = write_zarr(url, fmt, codec)
-        return Case(lambda: tse.open_dataset(url), zarr_expected(data, fmt, codec), data, url,
-                    fallback=codec in FALLBACK)
+        return Case(
+            lambda: tse.open_dataset(url),
+            zarr_expected(data, fmt, codec),
+            data,
+            url,
+            fallback=codec in FALLBACK,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -326,10 +379,19 @@ def http_server(zarr_root: Path):  # type: ignore[no-untyped-def]
 
 
 class TestZarrHTTP(SourceConformance):
-    @pytest.fixture(params=[(3, "blosc"), (3, "zstd-crc32c"), (3, "sharding"), (2, "zstd"),
-                            (2, "delta-filter")],
-                    ids=["v3-blosc", "v3-zstd-crc32c", "v3-sharding", "v2-zstd", "v2-delta"])
-    def case(self, request: pytest.FixtureRequest, zarr_root: Path, http_server: StoreServer) -> Case:
+    @pytest.fixture(
+        params=[
+            (3, "blosc"),
+            (3, "zstd-crc32c"),
+            (3, "sharding"),
+            (2, "zstd"),
+            (2, "delta-filter"),
+        ],
+        ids=["v3-blosc", "v3-zstd-crc32c", "v3-sharding", "v2-zstd", "v2-delta"],
+    )
+    def case(
+        self, request: pytest.FixtureRequest, zarr_root: Path, http_server: StoreServer
+    ) -> Case:
         fmt, codec = request.param
         url = f"{http_server.url}/v{fmt}-{codec}.zarr"
         return _zarr_case(zarr_root, url, fmt, codec)
@@ -337,8 +399,45 @@ class TestZarrHTTP(SourceConformance):
     def test_reads_go_over_http(self, ds: xr.Dataset, case: Case, http_server: StoreServer) -> None:
         name = Path(case.path or "").name
         before = http_server.count(f"{name}/v/")
-        ds["v"].isel(time=0).values
+        _ = ds["v"].isel(time=0).values
         assert http_server.count(f"{name}/v/") > before
+
+
+class TestZarrWrittenByXarray(SourceConformance):
+    """CF encoding as xarray writes it (packed ints with _FillValue, times, NaN fill): the
+    truth is ``xr.open_zarr`` of the same store."""
+
+    @pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
+        fmt = request.param
+        rng = np.random.default_rng(11)
+        temp = rng.uniform(-5, 30, SHAPE)
+        temp[rng.random(SHAPE) < 0.2] = np.nan
+        mask = rng.uniform(0, 1, SHAPE[1:])
+        mask[0, 0] = np.nan
+        times = np.datetime64("2001-01-01", "ns") + np.arange(SHAPE[0]) * np.timedelta64(6, "h")
+        source = xr.Dataset(
+            {"temp": (DIMS, temp, {"units": "degC"}), "mask": (DIMS[1:], mask)},
+            coords={"time": times, "y": np.arange(SHAPE[1]) * 0.5},
+            attrs={"title": f"xarray-written v{fmt}"},
+        )
+        source["temp"].encoding.update(
+            {
+                "dtype": "int16",
+                "scale_factor": 0.01,
+                "add_offset": 10.0,
+                "_FillValue": -32768,
+                "chunks": CHUNKS,
+            }
+        )
+        source["mask"].encoding.update({"_FillValue": -9999.0, "chunks": CHUNKS[1:]})
+        path = tmp_path / f"x{fmt}.zarr"
+        source.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
+        expected = xr.open_zarr(path, consolidated=True).load()
+        raw_group = zarr.open_group(str(path), mode="r")
+        raw = {name: np.asarray(raw_group[name][...]) for name in ("temp", "mask")}
+        assert np.isnan(expected["temp"].values).any()  # the mask is part of the truth
+        return Case(lambda: tse.open_dataset(path), expected, raw, str(path))
 
 
 # -- NetCDF -----------------------------------------------------------------------------------
@@ -360,15 +459,19 @@ class TestNetCDF3(SourceConformance):
     @pytest.fixture
     def case(self, shared_data: Path) -> Case:
         # a grid with edge chunks along every dimension (241 x 480 are not multiples)
-        return _netcdf_case(shared_data / "eraint_uvz.nc", "scipy",
-                            {"month": 1, "level": 2, "latitude": 100, "longitude": 130})
+        return _netcdf_case(
+            shared_data / "eraint_uvz.nc",
+            "scipy",
+            {"month": 1, "level": 2, "latitude": 150, "longitude": 300},
+        )
 
 
 class TestNetCDF4(SourceConformance):
     @pytest.fixture
     def case(self, shared_data: Path) -> Case:
-        return _netcdf_case(shared_data / "basin_mask.nc", "h5netcdf",
-                            {"Z": 10, "Y": 70, "X": 100})
+        return _netcdf_case(
+            shared_data / "basin_mask.nc", "h5netcdf", {"Z": 15, "Y": 100, "X": 200}
+        )
 
 
 # -- .npy ------------------------------------------------------------------------------------
@@ -384,8 +487,10 @@ class TestNpy(SourceConformance):
         np.save(path, values)
         dims = tuple(f"dim_{i}" for i in range(values.ndim))
         expected = xr.Dataset({"arr": (dims, np.ascontiguousarray(values))})
-        return Case(lambda: tse.open_dataset(path, grid=CHUNKS), expected, {"arr": values},
-                    str(path))
+        expected["arr"].attrs["source_file"] = str(path)
+        return Case(
+            lambda: tse.open_dataset(path, grid=CHUNKS), expected, {"arr": values}, str(path)
+        )
 
     def test_default_grid_is_one_chunk_when_small(self, tmp_path: Path) -> None:
         path = tmp_path / "small.npy"
@@ -438,9 +543,11 @@ class TestInMemory(SourceConformance):
             name, dims = "temp", DIMS
             opener = lambda: tse.open_dataset(obj, grid=CHUNKS)  # noqa: E731
         else:
-            obj = xr.Dataset({"temp": (DIMS, values, {"units": "K"})},
-                             coords={"time": np.arange(SHAPE[0])}, attrs={"a": 1}).chunk(
-                dict(zip(DIMS, CHUNKS)))
+            obj = xr.Dataset(
+                {"temp": (DIMS, values, {"units": "K"})},
+                coords={"time": np.arange(SHAPE[0])},
+                attrs={"a": 1},
+            ).chunk(dict(zip(DIMS, CHUNKS)))
             name, dims = "temp", DIMS
             opener = lambda: tse.open_dataset(obj)  # noqa: E731
         expected = xr.Dataset({name: (dims, values)})
@@ -456,3 +563,32 @@ class TestInMemory(SourceConformance):
 
         (src,) = sources_of(tse.open_dataset(da.zeros((10, 10), chunks=(3, 4))))
         assert src.chunks == (3, 4)
+
+
+# -- image folders -----------------------------------------------------------------------------
+
+
+class TestImageFolder(SourceConformance):
+    @pytest.fixture(params=["RGB", "L"])
+    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
+        from PIL import Image
+
+        rng = np.random.default_rng(7)
+        mode = request.param
+        frames = []
+        folder = tmp_path / "imgs"
+        folder.mkdir()
+        for i in range(5):
+            shape = (13, 7, 3) if mode == "RGB" else (13, 7)
+            pixels = rng.integers(0, 256, size=shape, dtype=np.uint8)
+            Image.fromarray(pixels, mode).save(folder / f"img{i:02d}.png")
+            frames.append(pixels.reshape(13, 7, -1))
+        values = np.stack(frames)  # what Pillow wrote, independent of tsexplore
+        files = np.array([f"img{i:02d}.png" for i in range(5)], dtype=object)
+        root = str(folder.resolve())
+        expected = xr.Dataset(
+            {"image": (("frame", "y", "x", "channel"), values, {"source": root, "mode": mode})},
+            coords={"file": ("frame", files), "frame": np.arange(5)},
+            attrs={"title": "images of imgs", "source": root},
+        )
+        return Case(lambda: tse.open_dataset(folder), expected, {"image": values}, None)

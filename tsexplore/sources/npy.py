@@ -31,7 +31,7 @@ class MemmapSource(SyncChunkSource):
     ) -> None:
         self.path = os.fspath(path)
         self.shape = tuple(int(s) for s in shape)
-        self.file_dtype = np.dtype(dtype)  # as stored (may be big-endian)
+        self.file_dtype: np.dtype = np.dtype(dtype)  # as stored (may be big-endian)
         self.dtype = self.file_dtype.newbyteorder("=")  # chunks come out native-endian
         self.offset = int(offset)
         self.order = order
@@ -54,9 +54,9 @@ class MemmapSource(SyncChunkSource):
 
     def _map(self) -> np.memmap:
         if self._mm is None:
-            self._mm = np.memmap(
+            self._mm = np.memmap(  # type: ignore[call-overload]
                 self.path, dtype=self.file_dtype, mode="r", offset=self.offset,
-                shape=self.shape, order=self.order,  # type: ignore[arg-type]
+                shape=self.shape, order=self.order,
             )
         return self._mm
 

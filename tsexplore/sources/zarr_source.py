@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import uuid
 from typing import Any
 
 import numpy as np
@@ -95,7 +96,7 @@ class ZarrSource(ChunkSource):
         self.chunks = tuple(int(c) for c in array.chunks)
         fill = array.fill_value
         self.fill_value = None if fill is None else np.asarray(fill).item()
-        self.attrs = {k: v for k, v in dict(array.attrs).items() if k != "_ARRAY_DIMENSIONS"}
+        self.attrs = _cf_attrs(array)
         self.storage_options = dict(storage_options or {})
         self.missing = missing
         self._chain = chain_from_zarr(meta)
@@ -105,14 +106,12 @@ class ZarrSource(ChunkSource):
         self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
         self._local_root = self.root[len("file://") :] if self.root.startswith("file://") else self.root
         self._fallback: Any = None
-        stamp = ""
-        if not self.remote and self.protocol == "file":
-            for meta_name in ("zarr.json", ".zarray"):
-                p = os.path.join(self._local_root, self.path, meta_name)
-                if os.path.exists(p):
-                    st = os.stat(p)
-                    stamp = f"{st.st_mtime_ns}-{st.st_size}"
-        self.token = f"zarr-{self.root}/{self.path}@{stamp}"
+        # Every open is a new version. Zarr writes chunks as separate files, so no cheap
+        # stamp (the metadata's mtime) changes when they are rewritten: a token shared
+        # between opens served stale chunks from the cache after ``arr[...] = new`` (and
+        # fill values cached under missing="fill" to a later missing="raise" open).
+        # Pickled copies (dask workers) keep the token of the open they came from.
+        self.token = f"zarr-{self.root}/{self.path}@{uuid.uuid4().hex[:12]}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -141,7 +140,12 @@ class ZarrSource(ChunkSource):
 
     def _decode(self, buf: bytes, index: ChunkIndex) -> np.ndarray:
         assert self._chain is not None
-        arr = self._chain.decode(buf, self.chunks, self._where(index))
+        try:
+            arr = self._chain.decode(buf, self.chunks, self._where(index))
+        except ChunkReadError as exc:  # the codecs name the chunk in words; add the fields
+            exc.source = exc.source or self.token
+            exc.index = exc.index if exc.index is not None else tuple(index)
+            raise
         trimmed = self.chunk_shape(index)
         if trimmed != self.chunks:
             arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
@@ -242,11 +246,42 @@ class ZarrSource(ChunkSource):
         try:
             arr = await asyncio.wait_for(self._fallback[1].getitem(sl), config.get().http_timeout)
         except asyncio.TimeoutError:
-            raise ReadTimeoutError(f"{self._where(index)}: zarr read timed out") from None
+            raise ReadTimeoutError(
+                f"{self._where(index)}: zarr read timed out after {config.get().http_timeout} s; "
+                "raise it with tse.config.set(http_timeout=...)",
+                source=self.token,
+                index=tuple(index),
+            ) from None
         except Exception as exc:  # noqa: BLE001
-            raise ChunkReadError(f"{self._where(index)}: {exc}") from exc
+            raise ChunkReadError(
+                f"{self._where(index)}: {exc}", source=self.token, index=tuple(index)
+            ) from exc
         arr = np.asarray(arr)
         return arr, arr.nbytes
+
+
+def _cf_attrs(array: Any) -> dict[str, Any]:
+    """The array's attributes with ``_FillValue`` as xarray's zarr backend presents it.
+
+    xarray writes the CF ``_FillValue`` of a v2 array as the array's ``fill_value`` (and reads
+    it back as the mask; it always writes ``_ARRAY_DIMENSIONS`` too), and that of a v3 array
+    as a base64/JSON-encoded attribute. Left as stored, packed data (``scale_factor`` with a
+    ``_FillValue``) decodes the fill as a number instead of NaN.
+    """
+    raw = dict(array.attrs)
+    attrs = {k: v for k, v in raw.items() if k != "_ARRAY_DIMENSIONS"}
+    fmt = getattr(array.metadata, "zarr_format", None)
+    if fmt == 2 and "_ARRAY_DIMENSIONS" in raw:
+        if array.fill_value is not None:
+            attrs["_FillValue"] = np.asarray(array.fill_value).item()
+    elif fmt == 3 and "_FillValue" in attrs:
+        try:
+            from xarray.backends.zarr import FillValueCoder
+
+            attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], array.dtype)
+        except Exception:  # noqa: BLE001 - not xarray's encoding: keep the attribute as is
+            pass
+    return attrs
 
 
 def _dims_of(array: Any, name: str) -> tuple[str, ...]:

@@ -89,8 +89,9 @@ class LatencySource(WrapperSource):
 class CountingSource(WrapperSource):
     """Counts the reads that reach it: ``reads`` in total, ``counts[index]`` per chunk.
 
-    A read is counted when it starts, whether it succeeds or not; ``active`` is the number
-    running now and ``max_active`` the most that ever ran at once.
+    A read is counted when it starts, whether it succeeds or not; ``order`` lists the indices
+    in the order their reads started; ``active`` is the number running now and ``max_active``
+    the most that ever ran at once.
     """
 
     def __init__(self, source: ChunkSource) -> None:
@@ -98,6 +99,7 @@ class CountingSource(WrapperSource):
         self._lock = threading.Lock()
         self.reads = 0
         self.counts: Counter[ChunkIndex] = Counter()
+        self.order: list[ChunkIndex] = []
         self.active = 0
         self.max_active = 0
 
@@ -115,6 +117,7 @@ class CountingSource(WrapperSource):
         with self._lock:
             self.reads += 1
             self.counts[index] += 1
+            self.order.append(index)
             self.active += 1
             self.max_active = max(self.max_active, self.active)
         try:
@@ -128,6 +131,7 @@ class CountingSource(WrapperSource):
         with self._lock:
             self.reads = 0
             self.counts.clear()
+            self.order.clear()
             self.max_active = self.active
 
 

@@ -1,0 +1,603 @@
+"""The engine: cache, scheduler (priorities, de-duplication, cancellation), prefetch, stats,
+an 8-thread hammer, timeouts and shutdown.
+
+Sources here are small and deterministic; slow stores are a :class:`LatencySource` or a
+synthetic source with ``latency``; reads are counted by a :class:`CountingSource`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import ZstdCodec
+
+import tsexplore as tse
+from tsexplore.engine import ChunkCache, Priority, get_engine, set_cache_bytes
+from tsexplore.engine.array import read_selection
+from tsexplore.errors import (
+    ChunkReadError,
+    ConfigError,
+    EngineClosedError,
+    ReadTimeoutError,
+    RequestCancelledError,
+)
+from tsexplore.sources import ArraySource, SyntheticSource
+from tsexplore.testing.wrappers import CountingSource, FaultySource, LatencySource
+
+
+@pytest.fixture(autouse=True)
+def restore_settings():
+    """Tests change settings; put them back (and start from a fresh engine)."""
+    before = tse.config.get()
+    yield
+    tse.close()
+    tse.config.set(**dataclasses.asdict(before))
+
+
+def region(src: SyntheticSource, idx: tuple[int, ...]) -> np.ndarray:
+    return src.evaluate(src.chunk_slices(idx))
+
+
+def engine_threads() -> list[str]:
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith("tsexplore-") and t.is_alive()
+    ]
+
+
+# -- ChunkCache ---------------------------------------------------------------------------------
+
+
+def _arr(nbytes: int, value: int = 0) -> np.ndarray:
+    return np.full(nbytes, value, dtype=np.uint8)
+
+
+def test_cache_is_lru_within_its_budget() -> None:
+    cache = ChunkCache(300)
+    for k in "abc":
+        assert cache.put(k, _arr(100))
+    assert cache.get("a") is not None  # a is now the most recently used
+    assert cache.put("d", _arr(100))
+    assert "b" not in cache and {"a", "c", "d"} <= set(cache.keys())
+    assert cache.bytes_now == 300 == cache.high_water
+    assert cache.evictions == 1
+
+
+def test_cache_refuses_a_chunk_larger_than_the_budget() -> None:
+    cache = ChunkCache(100)
+    assert cache.put("a", _arr(60))
+    assert not cache.put("big", _arr(101))
+    assert "big" not in cache and "a" in cache
+    assert cache.bytes_now == 60 and cache.high_water == 60
+
+
+def test_cache_values_are_read_only() -> None:
+    cache = ChunkCache(100)
+    cache.put("a", _arr(10))
+    with pytest.raises(ValueError):
+        cache.get("a")[0] = 1  # type: ignore[index]
+
+
+def test_pins_protect_from_eviction_and_are_counted() -> None:
+    cache = ChunkCache(200)
+    cache.put("a", _arr(100))
+    cache.pin(["a"])
+    cache.pin(["a"])
+    assert cache.pinned_bytes == 100 and cache.headroom == 100
+    assert cache.put("b", _arr(100))
+    assert cache.put("c", _arr(100))  # evicts b, never a
+    assert "a" in cache and "b" not in cache and "c" in cache
+    assert not cache.put("d", _arr(150))  # would need to evict the pinned chunk
+    assert "a" in cache
+    cache.unpin(["a"])
+    assert cache.is_pinned("a")  # pinned twice, unpinned once
+    cache.unpin(["a"])
+    assert not cache.is_pinned("a") and cache.pinned_bytes == 0
+    assert cache.put("d", _arr(150))
+    assert "a" not in cache
+
+
+def test_cache_resize_evicts_and_rejects_negative_budgets() -> None:
+    cache = ChunkCache(1000)
+    for k in range(10):
+        cache.put(k, _arr(100))
+    cache.resize(250)
+    assert cache.bytes_now <= 250 and len(cache) == 2
+    assert set(cache.keys()) == {8, 9}
+    with pytest.raises(ConfigError):
+        cache.resize(-1)
+    cache.discard([9])
+    assert cache.bytes_now == 100
+    cache.clear()
+    assert cache.bytes_now == 0 and len(cache) == 0
+    assert "ChunkCache" in repr(cache) and "high water" in repr(cache)
+
+
+# -- scheduler ------------------------------------------------------------------------------------
+
+
+def test_hit_miss_joined_definitions() -> None:
+    inner = SyntheticSource((8, 8), (4, 4), "float32")
+    src = CountingSource(LatencySource(inner, 0.2))
+    eng = get_engine()
+    (first,) = eng.request(src, [(0, 0)])
+    (second,) = eng.request(src, [(0, 0)])  # joins the read in flight
+    assert second is first
+    np.testing.assert_array_equal(second.result(5), region(inner, (0, 0)))
+    (third,) = eng.request(src, [(0, 0)])  # served from the cache
+    assert third.done()
+    snap = tse.stats()
+    assert (snap.misses, snap.joined, snap.hits, snap.reads) == (1, 1, 1, 1)
+    assert src.reads == 1
+    assert snap.hit_ratio == pytest.approx(1 / 3)
+
+
+def test_wrapper_tokens_do_not_share_cache_entries() -> None:
+    inner = SyntheticSource((8, 8), (4, 4), "float32")
+    a, b = CountingSource(inner), CountingSource(inner)
+    assert len({inner.token, a.token, b.token}) == 3
+    eng = get_engine()
+    eng.fetch(inner, [(0, 0)])
+    eng.fetch(a, [(0, 0)])
+    eng.fetch(b, [(0, 0)])
+    assert (a.reads, b.reads) == (1, 1)
+    assert a.shape == inner.shape and a.chunks == inner.chunks and a.dtype == inner.dtype
+    assert a.evaluate is not None  # attributes not on the wrapper come from the inner source
+
+
+def test_visible_requests_jump_the_queue() -> None:
+    tse.config.set(io_threads=1)
+    tse.close()
+    inner = SyntheticSource((40, 4), (1, 4), "float32")
+    src = CountingSource(LatencySource(inner, 0.02))
+    eng = get_engine()
+    blocker = eng.request(src, [(0, 0)], Priority.VISIBLE)
+    time.sleep(0.01)  # the blocker is running; everything below queues behind it
+    spec = eng.request(src, [(i, 0) for i in range(1, 11)], Priority.SPECULATIVE)
+    planned = eng.request(src, [(i, 0) for i in range(11, 21)], Priority.PLANNED)
+    (visible,) = eng.request(src, [(30, 0)], Priority.VISIBLE)
+    np.testing.assert_array_equal(visible.result(10), region(inner, (30, 0)))
+    for f in blocker + spec + planned:
+        f.result(10)
+    order = src.order
+    assert order[0] == (0, 0)
+    assert order[1] == (30, 0), order
+    assert order[2:12] == [(i, 0) for i in range(11, 21)], "PLANNED before SPECULATIVE"
+    assert src.max_active == 1
+
+
+def test_rapid_generations_cancel_stale_reads() -> None:
+    """1,000 slider moves against a 50 ms store: few reads, the last one answered."""
+    inner = SyntheticSource((1000, 8, 8), (1, 8, 8), "float32", latency=0.05)
+    src = CountingSource(inner)
+    eng = get_engine()
+    futures = []
+    t0 = time.perf_counter()
+    for t in range(1000):
+        futures += eng.request(src, [(t, 0, 0)], Priority.VISIBLE, channel="c", generation=t)
+    issue_time = time.perf_counter() - t0
+    last = futures[-1].result(10)
+    np.testing.assert_array_equal(last, region(inner, (999, 0, 0)))
+    ok = cancelled = 0
+    for t, fut in enumerate(futures[:-1]):
+        try:
+            np.testing.assert_array_equal(fut.result(10), region(inner, (t, 0, 0)))
+            ok += 1
+        except RequestCancelledError:
+            cancelled += 1
+    snap = tse.stats()
+    assert src.reads <= 25, (src.reads, issue_time)
+    assert snap.reads == src.reads
+    assert ok + 1 == src.reads
+    assert cancelled == 999 - ok and snap.cancelled == cancelled
+    assert src.max_active <= tse.config.get().io_threads
+
+
+def test_older_generation_does_not_cancel_newer() -> None:
+    inner = SyntheticSource((20, 4), (1, 4), "float32")
+    src = LatencySource(inner, 0.05)
+    eng = get_engine()
+    eng.request(src, [(i, 0) for i in range(10)], channel="v", generation=5)
+    late = eng.request(src, [(19, 0)], channel="v", generation=2)  # a stale generation
+    np.testing.assert_array_equal(late[0].result(5), region(inner, (19, 0)))
+
+
+def test_planned_reads_survive_new_generations() -> None:
+    inner = SyntheticSource((30, 4), (1, 4), "float32")
+    src = LatencySource(inner, 0.02)
+    eng = get_engine()
+    planned = eng.request(src, [(i, 0) for i in range(20)], Priority.PLANNED)
+    for g in range(5):
+        eng.request(src, [(20 + g, 0)], channel="view", generation=g)
+    for i, f in enumerate(planned):
+        np.testing.assert_array_equal(f.result(10), region(inner, (i, 0)))
+
+
+def test_stream_yields_in_order_with_planned_reads() -> None:
+    inner = SyntheticSource((12, 6, 6), (2, 3, 3), "int16")
+    src = CountingSource(LatencySource(inner, 0.01))
+    eng = get_engine()
+    order = [idx for idx in inner.iter_chunks()][::-1]
+    got = list(eng.stream(src, order, ahead=4))
+    assert [i for i, _ in got] == order
+    for idx, chunk in got:
+        np.testing.assert_array_equal(chunk, region(inner, idx))
+    snap = tse.stats()
+    assert snap.prefetch_reads == len(order) and snap.misses == 0
+    assert src.reads == len(order)
+
+
+def test_errors_reach_the_waiter_and_are_counted() -> None:
+    inner = SyntheticSource((4, 4), (2, 2), "float32")
+    boom = ChunkReadError("disk on fire", source="x", index=(0, 0))
+    src = FaultySource(inner, fail={(0, 0): boom, (1, 1): 1})
+    eng = get_engine()
+    with pytest.raises(ChunkReadError, match="disk on fire"):
+        eng.fetch(src, [(0, 0)])
+    with pytest.raises(ChunkReadError, match="transient"):
+        eng.fetch(src, [(1, 1)])
+    np.testing.assert_array_equal(eng.fetch(src, [(1, 1)])[0], region(inner, (1, 1)))
+    snap = tse.stats()
+    assert snap.errors == 2 and src.failures[(0, 0)] == 1 and src.failures[(1, 1)] == 1
+    # a non-tsexplore exception is wrapped, naming the chunk
+    src2 = FaultySource(inner, fail={(0, 1): ZeroDivisionError("odd")})
+    with pytest.raises(ChunkReadError, match=r"\(0, 1\)"):
+        eng.fetch(src2, [(0, 1)])
+
+
+def test_waits_have_timeouts() -> None:
+    tse.config.set(wait_timeout=0.3)
+    inner = SyntheticSource((4, 4), (2, 2), "float32")
+    src = LatencySource(inner, 3.0)
+    t0 = time.perf_counter()
+    with pytest.raises(ReadTimeoutError, match="wait_timeout"):
+        get_engine().fetch(src, [(0, 0)])
+    assert time.perf_counter() - t0 < 1.5
+
+
+def test_blocking_read_on_the_io_loop_is_refused() -> None:
+    eng = get_engine()
+    src = SyntheticSource((4, 4), (2, 2), "float32")
+
+    async def inside() -> None:
+        eng.fetch(src, [(0, 0)])
+
+    with pytest.raises(EngineClosedError, match="own I/O loop"):
+        eng.run_coroutine(inside(), timeout=5)
+
+
+# -- the 8-thread hammer ----------------------------------------------------------------------------
+
+
+def test_eight_thread_hammer_stays_within_budget() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((40, 48, 48)).astype("float32")
+    src = ArraySource(values, chunks=(4, 16, 16))
+    budget = 10 * src.chunk_nbytes() + 123  # far less than the 90 chunks of the array
+    tse.close()
+    set_cache_bytes(budget)
+    cache = get_engine().cache
+    stop = threading.Event()
+    peaks: list[int] = []
+    errors: list[BaseException] = []
+
+    def monitor() -> None:
+        while not stop.is_set():
+            peaks.append(cache.bytes_now)
+            time.sleep(0.0005)
+
+    def worker(seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            for _ in range(60):
+                key = []
+                for n in values.shape:
+                    a = r.randrange(n)
+                    b = r.randrange(a, n) + 1
+                    key.append(slice(a, b, r.choice([1, 1, 2])))
+                if r.random() < 0.3:
+                    key[0] = r.randrange(values.shape[0])
+                got = read_selection(src, tuple(key), timeout=30)
+                np.testing.assert_array_equal(got, values[tuple(key)])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    mon = threading.Thread(target=monitor, name="hammer-monitor")
+    mon.start()
+    threads = [threading.Thread(target=worker, args=(i,), name=f"hammer-{i}") for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stop.set()
+    mon.join(5)
+    assert not errors, errors[0]
+    assert peaks and max(peaks) <= budget
+    assert cache.high_water <= budget
+    assert cache.bytes_now <= budget
+    snap = tse.stats()
+    assert snap.evictions > 0 and snap.hits > 0
+    assert snap.cache_high_water <= snap.cache_budget == budget
+
+
+# -- prefetch ---------------------------------------------------------------------------------
+
+
+def _scan(da, dim: str, n: int, pause: float = 0.03) -> None:  # type: ignore[no-untyped-def]
+    for i in range(n):
+        _ = da.isel({dim: i}).values
+        time.sleep(pause)
+
+
+@pytest.mark.parametrize("axis", ["time", "x"])
+def test_momentum_prefetches_ahead_of_a_scan(axis: str) -> None:
+    shape = {"time": (64, 16, 16), "x": (8, 16, 64)}[axis]
+    chunks = {"time": (4, 16, 16), "x": (8, 16, 4)}[axis]
+    inner = SyntheticSource(shape, chunks, "float32", latency=0.01)
+    src = CountingSource(inner)
+    ds = tse.open_dataset(src)
+    da = ds["data"]
+    n = shape[inner.dims.index(axis)]
+    _scan(da, axis, n)
+    snap = tse.stats()
+    assert get_engine().prefetcher.last_policy[src.token] == "momentum"
+    assert snap.prefetch_reads >= 8, snap
+    assert snap.prefetch_used >= 8, snap
+    assert snap.misses <= 2, snap  # the first chunk (and at most one before the run is seen)
+    assert snap.hits + snap.joined >= n - 2
+    # every chunk read exactly once: the prefetched slabs were the ones later shown
+    assert set(src.counts) == set(inner.iter_chunks())
+    assert max(src.counts.values()) == 1
+    # and the values are right
+    np.testing.assert_array_equal(
+        da.isel({axis: n - 1}).values,
+        inner.evaluate(
+            tuple(slice(n - 1, n) if d == axis else slice(0, s) for d, s in zip(inner.dims, shape))
+        ).squeeze(),
+    )
+
+
+def test_momentum_backwards() -> None:
+    inner = SyntheticSource((32, 8, 8), (4, 8, 8), "float32", latency=0.01)
+    src = CountingSource(inner)
+    da = tse.open_dataset(src)["data"]
+    for t in range(31, -1, -1):
+        _ = da.isel(time=t).values
+        time.sleep(0.03)
+    snap = tse.stats()
+    assert snap.prefetch_used >= 4 and snap.misses <= 2, snap
+
+
+def test_panning_triggers_a_neighbourhood_ring() -> None:
+    inner = SyntheticSource((256, 256), (16, 16), "float32", dims=("y", "x"))
+    src = CountingSource(inner)
+    da = tse.open_dataset(src)["data"]
+    for k in range(4):
+        y0 = x0 = 40 + 12 * k
+        np.testing.assert_array_equal(
+            da[y0 : y0 + 40, x0 : x0 + 40].values,
+            inner.evaluate((slice(y0, y0 + 40), slice(x0, x0 + 40))),
+        )
+        time.sleep(0.05)
+    eng = get_engine()
+    assert eng.prefetcher.last_policy[src.token] == "neighbourhood"
+    snap = tse.stats()
+    assert snap.prefetch_reads > 0
+    # the ring around the last view (chunks 5..6 on both axes) was read or is coming
+    y0 = 40 + 36
+    lo, hi = y0 // 16, (y0 + 39) // 16
+    ring = {(i, j) for i in range(lo - 1, hi + 2) for j in range(lo - 1, hi + 2)} - {
+        (i, j) for i in range(lo, hi + 1) for j in range(lo, hi + 1)
+    }
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if all(eng.key(src, idx) in eng.cache for idx in ring):
+            break
+        time.sleep(0.02)
+    assert all(eng.key(src, idx) in eng.cache for idx in ring)
+
+
+def test_prefetch_off_issues_no_speculative_reads() -> None:
+    inner = SyntheticSource((32, 8, 8), (4, 8, 8), "float32")
+    src = CountingSource(inner)
+    da = tse.open_dataset(src, prefetch="off")["data"]
+    _scan(da, "time", 32, pause=0.005)
+    snap = tse.stats()
+    assert snap.prefetch_reads == 0 and snap.misses == 8 == src.reads
+
+
+def test_prefetch_respects_cache_headroom() -> None:
+    inner = SyntheticSource((64, 16, 16), (4, 16, 16), "float32")
+    src = CountingSource(inner)
+    tse.close()
+    set_cache_bytes(int(1.5 * inner.chunk_nbytes()))  # no room for a second chunk
+    da = tse.open_dataset(src)["data"]
+    _scan(da, "time", 32, pause=0.005)
+    snap = tse.stats()
+    assert snap.prefetch_reads == 0, snap
+    assert snap.cache_high_water <= snap.cache_budget
+
+
+def test_prefetch_never_evicts_pinned_chunks() -> None:
+    inner = SyntheticSource((64, 16, 16), (4, 16, 16), "float32", latency=0.005)
+    src = CountingSource(inner)
+    budget = 5 * inner.chunk_nbytes()
+    tse.close()
+    set_cache_bytes(budget)
+    eng = get_engine()
+    da = tse.open_dataset(src)["data"]
+    _ = da.isel(time=0).values
+    pinned = [eng.key(src, (0, 0, 0))]
+    eng.cache.pin(pinned)
+    try:
+        _scan(da, "time", 64, pause=0.01)
+        assert pinned[0] in eng.cache
+        np.testing.assert_array_equal(eng.cache.get(pinned[0]), region(inner, (0, 0, 0)))
+        snap = tse.stats()
+        assert snap.prefetch_reads > 0
+        assert snap.cache_high_water <= budget and snap.evictions > 0
+    finally:
+        eng.cache.unpin(pinned)
+
+
+# -- stats ------------------------------------------------------------------------------------------
+
+
+def test_snapshot_is_frozen_and_readable() -> None:
+    src = SyntheticSource((8, 8), (4, 4), "float32")
+    before = tse.stats()
+    get_engine().fetch(src, [(0, 0), (1, 1)])
+    get_engine().fetch(src, [(0, 0)])
+    snap = tse.stats()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.hits = 99  # type: ignore[misc]
+    text = repr(snap)
+    assert "hits=1" in text and "misses=2" in text and "MB/s" in text and "latency" in text
+    delta = snap - before
+    assert (delta.hits, delta.misses, delta.reads) == (1, 2, 2)
+    assert delta.bytes_decoded == 2 * 4 * 4 * 4
+    d = snap.as_dict()
+    assert d["hit_ratio"] == snap.hit_ratio and d["queue_depth"] == 0
+    assert 0 < snap.latency_p50 <= snap.latency_p95 <= snap.latency_p99
+    assert set(snap.queued) == {"visible", "planned", "speculative"}
+    json.dumps(d)  # plain data, ready for a UI
+    tse.reset_stats()
+    assert tse.stats().hits == 0 and tse.stats().reads == 0
+
+
+def test_bytes_read_are_the_encoded_bytes_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    values = np.tile(np.arange(50, dtype="float32"), (20, 50)).reshape(20, 50, 50)
+    arr = zarr.create_array(
+        str(path),
+        shape=values.shape,
+        chunks=(5, 25, 25),
+        dtype="float32",
+        compressors=ZstdCodec(level=3),
+        dimension_names=("t", "y", "x"),
+    )
+    arr[...] = values
+    chunk_files = [p for p in (path / "c").rglob("*") if p.is_file()]
+    assert len(chunk_files) == 16
+    on_disk = sum(p.stat().st_size for p in chunk_files)
+    assert on_disk < values.nbytes / 4  # compressible data: encoded != decoded
+    ds = tse.open_dataset(path)
+    np.testing.assert_array_equal(ds[next(iter(ds.data_vars))].values, values)
+    snap = tse.stats()
+    assert snap.bytes_read == on_disk
+    assert snap.bytes_decoded == values.nbytes
+    assert snap.read_rate > 0 and snap.decode_rate > 0
+
+
+def test_merge_remote_adds_worker_counters() -> None:
+    eng = get_engine()
+    src = SyntheticSource((4, 4), (2, 2), "float32")
+    eng.fetch(src, [(0, 0)])
+    remote = dataclasses.replace(tse.stats(), reads=10, bytes_read=1000)
+    eng.stats.merge_remote("worker-1", remote)
+    snap = tse.stats()
+    assert snap.reads == 11 and snap.workers == 1
+
+
+# -- shutdown -----------------------------------------------------------------------------------
+
+
+def test_close_stops_every_thread_and_the_engine_restarts(small_cube: Path) -> None:
+    from tsexplore.testing.http import StoreServer
+
+    ds = tse.open_dataset(small_cube)
+    _ = ds["temp"].isel(time=0).values  # local
+    with StoreServer(small_cube) as srv:
+        remote = tse.open_dataset(srv.url)
+        _ = remote["temp"].isel(time=1).values  # http
+        slow = tse.open_dataset(SyntheticSource((64, 8, 8), (1, 8, 8), latency=0.2))["data"]
+        for t in range(3):
+            _ = slow.isel(time=t).values  # momentum: speculative reads now queued/in flight
+        assert get_engine().snapshot().prefetch_reads > 0
+        old = get_engine()
+        t0 = time.perf_counter()
+        tse.close()
+        assert time.perf_counter() - t0 < 2.5
+        assert old.closed
+    deadline = time.monotonic() + 2.0
+    while engine_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not engine_threads(), engine_threads()
+    with pytest.raises(EngineClosedError):
+        old.request(SyntheticSource((2,), (1,)), [(0,)])
+    # the next read starts a fresh engine
+    np.testing.assert_array_equal(
+        ds["temp"].isel(time=0).values, zarr.open_group(str(small_cube))["temp"][0]
+    )
+    assert get_engine() is not old and engine_threads()
+
+
+def test_close_fails_pending_waiters() -> None:
+    src = LatencySource(SyntheticSource((4, 4), (2, 2), "float32"), 5.0)
+    futures = get_engine().request(src, [(0, 0), (1, 1)])
+    tse.close()
+    for f in futures:
+        with pytest.raises(EngineClosedError):
+            f.result(3)
+
+
+def test_session_and_engine_are_context_managers() -> None:
+    with tse.session():
+        get_engine().fetch(SyntheticSource((4,), (2,)), [(0,)])
+        eng = get_engine()
+    assert eng.closed
+    from tsexplore.engine import Engine
+
+    with Engine(cache_bytes=1000) as own:
+        assert own.fetch(SyntheticSource((4,), (2,)), [(1,)])[0].shape == (2,)
+    assert own.closed
+
+
+# -- memory ----------------------------------------------------------------------------------------
+
+PETABYTE_SCRIPT = r"""
+import json, os, time
+import psutil
+import tsexplore as tse
+tse.get_engine()
+proc = psutil.Process()
+rss0 = proc.memory_info().rss
+t0 = time.perf_counter()
+ds = tse.synthetic((10**5, 10**5, 10**5), chunks=(1, 1000, 1000))
+elapsed = time.perf_counter() - t0
+rss1 = proc.memory_info().rss
+corner = ds["data"][12345, :3, :3].values
+tse.close()
+print(json.dumps({"elapsed": elapsed, "rss": rss1 - rss0, "size": int(ds["data"].size),
+                  "corner": corner.tolist()}))
+"""
+
+
+def test_opening_a_petabyte_array_is_instant_and_small() -> None:
+    env = {**os.environ, "TSEXPLORE_SAMPLE_SIZE": "small"}
+    out = subprocess.run(
+        [sys.executable, "-c", PETABYTE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["size"] == 10**15
+    assert result["elapsed"] < 1.0, result
+    assert result["rss"] < 50 * 2**20, result
+    src = SyntheticSource((10**5, 10**5, 10**5), (1, 1000, 1000))
+    np.testing.assert_array_equal(
+        result["corner"], src.evaluate((slice(12345, 12346), slice(0, 3), slice(0, 3)))[0]
+    )
