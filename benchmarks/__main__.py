@@ -46,8 +46,7 @@ def run_all(argv: list[str]) -> int:
     status = 0
     for name in ALL:
         print(f"\n===== {name} =====", file=sys.stderr, flush=True)
-        args = [*argv, "--ignore-unknown-systems"] if "--systems" in " ".join(argv) else argv
-        status = max(status, int(resolve(name)(list(args)) or 0))
+        status = max(status, int(resolve(name)([*argv, "--from-all"]) or 0))
     return status
 
 

@@ -15,7 +15,8 @@ import time
 import traceback
 from typing import Any
 
-from .common import MARKER, RssSampler
+from .common import MARKER
+from .runner import RssSampler
 
 
 def main(argv: list[str]) -> int:

@@ -17,6 +17,7 @@ loopback HTTP server with 20 ms per request and points every system at its URL.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import threading
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import common
+from . import common, report, runner
 from .common import Metric
 
 SYSTEMS = ("tsexplore", "zarr", "xarray", "xarray-dask", "tensorstore")
@@ -55,7 +56,8 @@ MEMORY_METRICS = [
 
 
 # -- child side ----------------------------------------------------------------------------------
-IMPORTS = {"tsexplore": ("tsexplore",), "zarr": ("zarr",), "xarray": ("xarray", "zarr"),
+IMPORTS = {"tsexplore": ("tsexplore", "zarr", "dask.array"), "zarr": ("zarr",),
+           "xarray": ("xarray", "zarr", "dask.array"),
            "xarray-dask": ("xarray", "zarr", "dask.array"), "tensorstore": ("tensorstore",)}
 
 
@@ -71,7 +73,6 @@ def import_system(system: str) -> float:
 
 def open_reader(system: str, url: str) -> tuple[Callable[[int], Any], Callable[[], dict]]:
     """``read(t) -> np.ndarray`` for one system, and a function giving its stats afterwards."""
-    remote = "://" in url
     var = common.VARIABLE
     if system == "tsexplore":
         import tsexplore as tse
@@ -88,7 +89,7 @@ def open_reader(system: str, url: str) -> tuple[Callable[[int], Any], Callable[[
     if system == "zarr":
         import zarr
 
-        arr = zarr.open_group(url, mode="r")[var]
+        arr = zarr.open_array(url, path=var, mode="r")
         return (lambda t: arr[t]), dict
     if system in ("xarray", "xarray-dask"):
         import xarray as xr
@@ -116,7 +117,7 @@ def open_tensorstore(url: str, cache_bytes: int) -> Any:
     return ts.open(spec, read=True).result()
 
 
-def run_system(system: str, params: dict[str, Any], sampler: common.RssSampler) -> dict[str, Any]:
+def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) -> dict[str, Any]:
     """One run of ``params["bench"]`` (play, scrub or memory) for ``system``."""
     if params["bench"] == "memory":
         return _run_memory(system, params, sampler)
@@ -132,21 +133,25 @@ def run_system(system: str, params: dict[str, Any], sampler: common.RssSampler) 
     lat: list[float] = []
     checks: list[float] = []
     start = time.perf_counter()
-    for i, t in enumerate(frames):
-        if period:
-            wait = start + i * period - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)
+    due = start
+    for t in frames:
+        if period:  # wait for the next tick; after a late frame, the next tick still ahead
+            now = time.perf_counter()
+            if now < due:
+                time.sleep(due - now)
         t1 = time.perf_counter()
         frame = read(t)
-        lat.append(time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        lat.append(t2 - t1)
         checks.append(float(np.asarray(frame)[::61, ::67].sum(dtype=np.float64)))
+        if period:
+            due = max(due + period, start + math.ceil((t2 - start) / period) * period)
     total = time.perf_counter() - start
     ms = [x * 1e3 for x in lat]
     return {
         "import_s": import_s, "open_s": open_s, "frames": len(frames), "total_s": total,
         "fps": len(frames) / total,
-        "p50_ms": common.percentile(ms, 50), "p95_ms": common.percentile(ms, 95),
+        "p50_ms": runner.percentile(ms, 50), "p95_ms": runner.percentile(ms, 95),
         "max_ms": max(ms), "mean_ms": sum(ms) / len(ms),
         "late_frames": sum(1 for x in lat if period and x > period),
         "frame_shape": list(np.asarray(frame).shape), "stats": stats(),
@@ -154,7 +159,7 @@ def run_system(system: str, params: dict[str, Any], sampler: common.RssSampler) 
     }
 
 
-def _run_memory(system: str, params: dict[str, Any], sampler: common.RssSampler) -> dict[str, Any]:
+def _run_memory(system: str, params: dict[str, Any], sampler: runner.RssSampler) -> dict[str, Any]:
     """8 threads reading random frames under a small budget; then the 10^15-element open."""
     budget = int(params["budget"])
     url = params["url"]
@@ -171,7 +176,7 @@ def _run_memory(system: str, params: dict[str, Any], sampler: common.RssSampler)
     elif system == "zarr":
         import zarr
 
-        arr = zarr.open_group(url, mode="r")[var]
+        arr = zarr.open_array(url, path=var, mode="r")
         read = lambda t: arr[t]  # noqa: E731
     elif system == "tensorstore":
         tsarr = open_tensorstore(url, budget)
@@ -243,9 +248,6 @@ def _synthetic_open(shape: list[int]) -> dict[str, Any]:
 def _parser(name: str, systems: tuple[str, ...]) -> argparse.ArgumentParser:
     p = common.parser(name, __doc__.split("\n\n")[0], systems)
     p.add_argument("--frames", type=int, default=256, help="frames t = 0..N-1 (default 256)")
-    p.add_argument("--remote", action="store_true",
-                   help="serve the store over loopback HTTP with --latency per request")
-    p.add_argument("--latency", type=float, default=0.02, help="seconds per HTTP request")
     return p
 
 
@@ -260,26 +262,26 @@ def main_scrub(argv: list[str]) -> int:
 
 
 def _frames(bench: str, argv: list[str]) -> int:
-    args = _parser(bench, SYSTEMS).parse_args(argv)
-    systems = common.pick_systems(args.systems, SYSTEMS, args.ignore_unknown_systems)
+    args = common.parse(_parser(bench, SYSTEMS), argv)
+    systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
     spec = common.data_spec(args)
     frames = max(1, min(args.frames, spec.shape[0]))
     metrics = PLAY_METRICS if bench == "play" else SCRUB_METRICS
-    with _serve(spec.path, args) as (url, server):
-        counts: dict[str, int] = {}
-        before = (lambda s: counts.__setitem__("n", len(server.requests))) if server else None
-        after = ((lambda s, r: r.__setitem__("http_requests", len(server.requests) - counts["n"]))
-                 if server else None)
+    if args.remote:
+        metrics = [*metrics, common.HTTP_REQUESTS]
+    served = common.serve(spec.path, args)
+    with served as (url, _server):
         describe = ((lambda r: f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, "
                      f"max {r['max_ms']:.0f} ms") if bench == "play" else
                     (lambda r: f"{r['fps']:.1f} frames/s, p95 {r['p95_ms']:.1f} ms"))
         common.log(f"{bench}: {systems} x {args.repeat} on {url} ({frames} frames)")
-        runs = common.run_matrix(
+        runs = runner.run_matrix(
             "play_scrub", systems,
             lambda s, r: {"bench": bench, "url": url, "frames": frames, "fps": FPS},
             repeat=args.repeat, timeout=args.timeout, store=spec.path,
-            describe=describe, before=before, after=after)
-    doc = common.document(bench, args, spec, systems, runs, metrics,
+            drop_caches=not args.no_drop_caches,
+            describe=describe, before=served.before, after=served.after)
+    doc = report.document(bench, args, spec, systems, runs, metrics,
                           primary="p95_ms" if bench == "play" else "fps",
                           where="remote" if args.remote else "local",
                           frames=frames, fps=FPS if bench == "play" else None)
@@ -289,27 +291,8 @@ def _frames(bench: str, argv: list[str]) -> int:
     title = (f"{bench} ({where}; {frames} frames"
              f"{' at 30 fps' if bench == 'play' else ' as fast as possible'}; "
              f"median of {args.repeat} runs, each system in its own cold process)")
-    common.report(doc, metrics, title, args.json_only)
-    return common.exit_status(doc, args.check)
-
-
-class _serve:
-    """``with _serve(path, args) as (url, server)``: a StoreServer under ``--remote``."""
-
-    def __init__(self, path: Any, args: argparse.Namespace) -> None:
-        self.path, self.args, self.server = path, args, None
-
-    def __enter__(self) -> tuple[str, Any]:
-        if not self.args.remote:
-            return str(self.path), None
-        from tsexplore.testing.http import StoreServer
-
-        self.server = StoreServer(self.path, latency=self.args.latency)
-        return self.server.url, self.server
-
-    def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.close()
+    report.report(doc, metrics, title, args.json_only)
+    return report.exit_status(doc, args.check)
 
 
 def _agreement(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -333,14 +316,14 @@ def _agreement(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def _targets(bench: str, doc: dict[str, Any], remote: bool) -> list[dict[str, Any]]:
     s = doc["summary"]
-    med = lambda sys_, k: common.median_of(s, sys_, k)  # noqa: E731
+    med = lambda sys_, k: report.median_of(s, sys_, k)  # noqa: E731
     if bench == "play":
         goal = 33.0 if remote else 5.0
-        return [common.target(f"tsexplore play p95 ({'remote' if remote else 'local'})",
+        return [report.target(f"tsexplore play p95 ({'remote' if remote else 'local'})",
                               med("tsexplore", "p95_ms"), "<=", goal, "ms")]
-    out = [common.target("tsexplore scrub", med("tsexplore", "fps"), ">=", 300.0, "frames/s")]
+    out = [report.target("tsexplore scrub", med("tsexplore", "fps"), ">=", 300.0, "frames/s")]
     adv = doc["advantage"].get("tensorstore", {}).get("fps")
-    out.append(common.target("tsexplore scrub vs TensorStore", adv, ">=", 2.0, "x"))
+    out.append(report.target("tsexplore scrub vs TensorStore", adv, ">=", 2.0, "x"))
     return out
 
 
@@ -353,32 +336,38 @@ def main_memory(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--reads", type=int, default=None,
                    help="random frames per thread (default 16; 32 with --small)")
-    args = p.parse_args(argv)
-    systems = common.pick_systems(args.systems, MEMORY_SYSTEMS, args.ignore_unknown_systems)
+    args = common.parse(p, argv)
+    systems = common.pick_systems(args.systems, MEMORY_SYSTEMS, args.from_all)
     spec = common.data_spec(args)
     budget = args.budget or (4_000_000 if args.small else 256_000_000)
     reads = args.reads or (32 if args.small else 16)
-    params = {"bench": "memory", "url": str(spec.path), "budget": budget, "nt": spec.shape[0],
-              "threads": args.threads, "reads_per_thread": reads, "timeout": args.timeout,
-              "synthetic_shape": [10**5, 10**5, 10**5]}
-    common.log(f"memory: {systems} x {args.repeat}, budget {budget / 1e6:.0f} MB, "
-               f"{args.threads} threads x {reads} frames")
-    runs = common.run_matrix(
-        "play_scrub", systems, lambda s, r: params, repeat=args.repeat, timeout=args.timeout,
-        store=spec.path,
-        describe=lambda r: f"{r['reads_per_s']:.1f} frames/s, peak RSS {r['peak_rss_mb']:.0f} MB")
-    doc = common.document("memory", args, spec, systems, runs, MEMORY_METRICS,
+    metrics = [*MEMORY_METRICS, common.HTTP_REQUESTS] if args.remote else MEMORY_METRICS
+    served = common.serve(spec.path, args)
+    with served as (url, _server):
+        params = {"bench": "memory", "url": url, "budget": budget, "nt": spec.shape[0],
+                  "threads": args.threads, "reads_per_thread": reads, "timeout": args.timeout,
+                  "synthetic_shape": [10**5, 10**5, 10**5]}
+        common.log(f"memory: {systems} x {args.repeat} on {url}, budget {budget / 1e6:.0f} MB, "
+                   f"{args.threads} threads x {reads} frames")
+        runs = runner.run_matrix(
+            "play_scrub", systems, lambda s, r: params, repeat=args.repeat,
+            timeout=args.timeout, store=spec.path, drop_caches=not args.no_drop_caches,
+            before=served.before, after=served.after,
+            describe=lambda r: (f"{r['reads_per_s']:.1f} frames/s, "
+                                f"peak RSS {r['peak_rss_mb']:.0f} MB"))
+    doc = report.document("memory", args, spec, systems, runs, metrics,
                           primary="reads_per_s", budget=budget)
-    hw = [r.get("high_water_mb") for r in runs.get("tsexplore", []) if r.get("ok")]
-    med = lambda k: common.median_of(doc["summary"], "tsexplore", k)  # noqa: E731
+    hw = [float(r["high_water_mb"]) for r in runs.get("tsexplore", [])
+          if r.get("ok") and r.get("high_water_mb") is not None]
+    med = lambda k: report.median_of(doc["summary"], "tsexplore", k)  # noqa: E731
     doc["targets"] = [
-        common.target("tsexplore cache high water (worst run) <= budget",
+        report.target("tsexplore cache high water (worst run) <= budget",
                       max(hw) if hw else None, "<=", budget / 1e6, "MB"),
-        common.target("open a 10^15-element tse.synthetic", med("synthetic_open_s"), "<=", 1.0,
+        report.target("open a 10^15-element tse.synthetic", med("synthetic_open_s"), "<=", 1.0,
                       "s"),
-        common.target("RSS growth opening it", med("synthetic_rss_mb"), "<=", 50.0, "MB"),
+        report.target("RSS growth opening it", med("synthetic_rss_mb"), "<=", 50.0, "MB"),
     ]
     title = (f"memory ({args.threads} threads x {reads} random frames, cache budget "
              f"{budget / 1e6:.0f} MB; median of {args.repeat} runs)")
-    common.report(doc, MEMORY_METRICS, title, args.json_only)
-    return common.exit_status(doc, args.check)
+    report.report(doc, metrics, title, args.json_only)
+    return report.exit_status(doc, args.check)

@@ -1,0 +1,183 @@
+"""The report: medians over repeats, tsexplore's advantage, targets, the table, the JSON.
+
+Results go to stdout and to ``benchmarks/results/<name>-<timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import REFERENCE, RESULTS_DIR, ROOT, RSS, DataSpec, Metric
+from .pagecache import cold_summary
+from .runner import percentile
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]], metrics: Sequence[Metric]
+              ) -> dict[str, dict[str, Any]]:
+    """Per system: median / min / max / p95 over the successful runs of each metric."""
+    out: dict[str, dict[str, Any]] = {}
+    for system, rs in runs.items():
+        ok = [r for r in rs if r.get("ok")]
+        entry: dict[str, Any] = {"runs_ok": len(ok), "runs": len(rs),
+                                 "errors": [r.get("error") for r in rs if not r.get("ok")]}
+        for m in [*metrics, RSS]:
+            vals = [float(r[m.key]) for r in ok if r.get(m.key) is not None]
+            if vals:
+                entry[m.key] = {"median": statistics.median(vals), "min": min(vals),
+                                "max": max(vals), "p95": percentile(vals, 95), "values": vals}
+        out[system] = entry
+    return out
+
+
+def median_of(summary: dict[str, dict[str, Any]], system: str, key: str) -> float | None:
+    cell = summary.get(system, {}).get(key)
+    return None if cell is None else cell["median"]
+
+
+def advantages(summary: dict[str, dict[str, Any]], metrics: Sequence[Metric],
+               reference: str = REFERENCE) -> dict[str, dict[str, float]]:
+    """``{peer: {metric: x}}``: x > 1 means tsexplore is x times better than the peer."""
+    out: dict[str, dict[str, float]] = {}
+    for peer in summary:
+        if peer == reference:
+            continue
+        row = {}
+        for m in [*metrics, RSS]:
+            ref, other = median_of(summary, reference, m.key), median_of(summary, peer, m.key)
+            if ref is None or other is None or ref <= 0 or other <= 0:
+                continue
+            row[m.key] = other / ref if m.better == "lower" else ref / other
+        out[peer] = row
+    return out
+
+
+def target(name: str, value: float | None, op: str, goal: float, unit: str = "") -> dict[str, Any]:
+    """A target line: ``value op goal`` (op is "<=" or ">="); ``passed`` None when not measured."""
+    passed = None if value is None else (value <= goal if op == "<=" else value >= goal)
+    return {"name": name, "value": value, "op": op, "goal": goal, "unit": unit, "passed": passed}
+
+
+def flag(name: str, ok: bool | None) -> dict[str, Any]:
+    """A yes/no target (e.g. "the result matches the reference")."""
+    return {"name": name, "value": ok, "op": "is", "goal": True, "unit": "", "passed": ok}
+
+
+def environment() -> dict[str, Any]:
+    """Host facts that help read a result later."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "loadavg": load, "host": platform.node()}
+
+
+def document(name: str, args: argparse.Namespace, spec: DataSpec, systems: Sequence[str],
+             runs: dict[str, list[dict[str, Any]]], metrics: Sequence[Metric],
+             primary: str, **extra: Any) -> dict[str, Any]:
+    """The JSON document of one benchmark."""
+    summary = summarize(runs, metrics)
+    return {
+        "benchmark": name,
+        "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
+        "data": {"path": str(spec.path), "shape": list(spec.shape), "chunks": list(spec.chunks),
+                 "dtype": "float32", "nbytes": spec.nbytes, "size": spec.size},
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "systems": list(systems),
+        "environment": environment(),
+        "cold_cache": cold_summary(r.get("cold_cache", {}) for rs in runs.values() for r in rs),
+        "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in metrics],
+        "primary": primary,
+        "summary": summary,
+        "advantage": advantages(summary, metrics),
+        "runs": runs,
+        **extra,
+    }
+
+
+def strip_bulky(obj: Any) -> Any:
+    """The document without per-frame traces (kept in the results file only)."""
+    if isinstance(obj, dict):
+        return {k: strip_bulky(v) for k, v in obj.items() if k != "trace"}
+    if isinstance(obj, list):
+        return [strip_bulky(v) for v in obj]
+    return obj
+
+
+def table(doc: dict[str, Any], metrics: Sequence[Metric], title: str) -> str:
+    """A plain-text table: medians per system, then tsexplore's advantage on the primary metric."""
+    primary = next(m for m in metrics if m.key == doc["primary"])
+    cols = [*metrics, RSS]
+    header = ["system", *[m.label for m in cols], f"tsexplore vs ({primary.label})"]
+    rows = []
+    for system in doc["systems"]:
+        entry = doc["summary"][system]
+        cells = [system]
+        for m in cols:
+            cell = entry.get(m.key)
+            cells.append(m.show(cell["median"] if cell else None))
+        if system == REFERENCE:
+            cells.append("(reference)")
+        elif entry["runs_ok"] == 0:
+            cells.append("failed")
+        else:
+            adv = doc["advantage"].get(system, {}).get(primary.key)
+            cells.append("-" if adv is None else f"{adv:.2f}x {'better' if adv >= 1 else 'worse'}")
+        if entry["runs_ok"] < entry["runs"]:
+            cells[0] += f" ({entry['runs'] - entry['runs_ok']} failed)"
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    lines = [title, fmt(header), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]
+    cold = doc.get("cold_cache") or {}
+    if cold:
+        res = cold.get("max_resident_after")
+        lines.append(f"cold page cache: {' + '.join(cold['methods'])}"
+                     + ("" if res is None else f"; at most {res:.1%} of the store resident after"))
+    for system in doc["systems"]:
+        for err in doc["summary"][system]["errors"][:1]:
+            lines.append(f"{system} failed: {str(err)[:300]}")
+    lines.extend(doc.get("notes", []))
+    for t in doc.get("targets", []):
+        mark = {True: "PASS", False: "MISS", None: "n/a "}[t["passed"]]
+        if t["op"] == "is":
+            lines.append(f"[{mark}] {t['name']}")
+            continue
+        val = "-" if t["value"] is None else f"{t['value']:.3g}"
+        lines.append(f"[{mark}] {t['name']}: {val} {t['op']} {t['goal']:g} {t['unit']}".rstrip())
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any], metrics: Sequence[Metric], title: str, json_only: bool) -> Path:
+    """Write the results file, print the JSON document and (unless ``json_only``) the table."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = RESULTS_DIR / f"{doc['benchmark']}-{stamp}.json"
+    doc["results_file"] = str(out)
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    slim = strip_bulky(doc)
+    if json_only:
+        print(json.dumps(slim, default=str), flush=True)
+    else:
+        slim.pop("runs", None)  # per-run details are in the file
+        print(json.dumps(slim, indent=1, default=str))
+        print()
+        print(table(doc, metrics, title))
+        print(f"(full results with every run: {out.relative_to(ROOT)})")
+    return out
+
+
+def exit_status(doc: dict[str, Any], check: bool) -> int:
+    """1 when tsexplore itself failed; 2 with ``--check`` when a measured target was missed."""
+    ref = doc["summary"].get(REFERENCE)
+    if ref is not None and ref["runs_ok"] == 0:
+        return 1
+    if check and any(t["passed"] is False for t in doc.get("targets", [])):
+        return 2
+    return 0

@@ -1,0 +1,162 @@
+"""Children: each system runs in ``python -m benchmarks._run`` with a timeout.
+
+:func:`run_matrix` drops the page cache and runs every system ``repeat`` times, interleaved;
+:class:`RssSampler` (used in the child) records the peak memory of the child's process tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import MARKER, ROOT, log
+from .pagecache import cold_cache
+
+
+def run_child(module: str, system: str, params: dict[str, Any], timeout: float,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one system in a fresh interpreter; its result dict (``ok`` False on any failure)."""
+    cmd = [sys.executable, "-m", "benchmarks._run", module, system, json.dumps(params)]
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate(timeout=30)
+        return {"ok": False, "error": f"timed out after {timeout:.0f} s",
+                "stderr_tail": _tail(err), "wall_s": time.perf_counter() - t0}
+    finally:
+        _kill_group(proc)  # strays (DataLoader workers, dask pools) of this child only
+    wall = time.perf_counter() - t0
+    for line in reversed(out.splitlines()):
+        if line.startswith(MARKER):
+            result = json.loads(line[len(MARKER):])
+            result["wall_s"] = wall
+            if not result.get("ok"):
+                result["stderr_tail"] = _tail(err)
+            return result
+    return {"ok": False, "error": f"no result line (exit status {proc.returncode})",
+            "stderr_tail": _tail(err), "stdout_tail": _tail(out), "wall_s": wall}
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(text: str | None, n: int = 1500) -> str:
+    return (text or "")[-n:]
+
+
+def run_matrix(module: str, systems: Sequence[str], params_for: Callable[[str, int], dict],
+               *, repeat: int, timeout: float, store: Path, drop_caches: bool = True,
+               env_for: Callable[[str], dict[str, str]] | None = None,
+               describe: Callable[[dict[str, Any]], str] | None = None,
+               before: Callable[[str], None] | None = None,
+               after: Callable[[str, dict[str, Any]], None] | None = None,
+               ) -> dict[str, list[dict[str, Any]]]:
+    """All systems, ``repeat`` rounds, interleaved (so machine noise spreads evenly).
+
+    ``before(system)`` runs just before a child starts, ``after(system, result)`` just after.
+    """
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for r in range(repeat):
+        for system in systems:
+            cold = cold_cache(store, drop_caches)
+            if before:
+                before(system)
+            res = run_child(module, system, params_for(system, r), timeout,
+                            env_for(system) if env_for else None)
+            res["cold_cache"] = cold
+            res["repeat"] = r
+            if after:
+                after(system, res)
+            runs[system].append(res)
+            if res.get("ok"):
+                what = describe(res) if describe else f"{res['wall_s']:.1f} s"
+            else:
+                what = "FAILED: " + str(res.get("error"))[:200]
+            log(f"  {system:<14} run {r + 1}/{repeat}: {what}")
+    return runs
+
+
+class RssSampler:
+    """Peak memory of this process tree, sampled every ``interval`` seconds.
+
+    The tree's memory is this process's RSS plus each child's USS (the pages only that
+    child holds), so pages a forked worker shares with its parent are counted once.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self._stop = threading.Event()
+        self.peak = 0
+        self.baseline = self.now()
+        self._thread = threading.Thread(target=self._loop, args=(interval,),
+                                        name="tsexplore-bench-rss", daemon=True)
+        self._thread.start()
+
+    def now(self) -> int:
+        import psutil
+
+        total = self._proc.memory_info().rss
+        for child in self._proc.children(recursive=True):
+            try:
+                total += child.memory_full_info().uss
+            except psutil.Error:
+                pass
+        return total
+
+    def mark_baseline(self) -> None:
+        """Record RSS now (after imports, before the work) as the baseline."""
+        self.baseline = self.now()
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.peak = max(self.peak, self.now())
+            except Exception:  # noqa: BLE001 - a child vanished mid-sample
+                pass
+
+    def close(self) -> dict[str, float]:
+        import resource
+
+        self._stop.set()
+        self._thread.join(1)
+        self.peak = max(self.peak, self.now())
+        ru_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        ru_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        return {
+            "peak_rss_mb": max(self.peak, ru_self) / 1e6,
+            "ru_maxrss_mb": ru_self / 1e6,
+            "ru_maxrss_children_mb": ru_children / 1e6,
+            "rss_tree_peak_mb": self.peak / 1e6,
+            "rss_baseline_mb": self.baseline / 1e6,
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty sequence."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
