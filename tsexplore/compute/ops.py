@@ -94,7 +94,7 @@ class Op:
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         """Merge ``part`` into the slab ``region`` of the accumulator ``acc`` in place."""
         merged = self.merge(tuple(a[region] for a in acc), part, xp)
         for a, m in zip(acc, merged):
@@ -133,7 +133,7 @@ class SumOp(Op):
     def merge(self, a: State, b: State, xp: Any = np) -> State:
         return (a[0] + b[0],)
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         view = acc[0][region]
         xp.add(view, part[0], out=view)
 
@@ -160,7 +160,7 @@ class CountOp(Op):
     def merge(self, a: State, b: State, xp: Any = np) -> State:
         return (a[0] + b[0],)
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         view = acc[0][region]
         xp.add(view, part[0], out=view)
 
@@ -191,7 +191,7 @@ class MeanOp(SumOp):
     def merge(self, a: State, b: State, xp: Any = np) -> State:
         return (a[0] + b[0], a[1] + b[1])
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         for a, p in zip(acc, part):
             view = a[region]
             xp.add(view, p, out=view)
@@ -265,7 +265,7 @@ class VarOp(Op):
             m2 = m2a + m2b + delta * delta * na * frac
         return n, mean, m2
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         na_v, ma_v, m2a_v = (a[region] for a in acc)
         nb, mb, m2b = part
         na = na_v.copy()
@@ -320,7 +320,7 @@ class ExtremeOp(Op):
     def merge(self, a: State, b: State, xp: Any = np) -> State:
         return (self._fn(xp)(a[0], b[0]),)
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         view = acc[0][region]
         self._fn(xp)(view, part[0], out=view)
 
@@ -334,6 +334,38 @@ class ExtremeOp(Op):
 
     def finalize(self, state: State, xp: Any = np) -> Any:
         return state[0]
+
+
+@dataclass(frozen=True)
+class MinMaxOp(Op):
+    """min and max in one pass (the range of a histogram); state ``(min, max)``."""
+
+    @property
+    def _parts(self) -> tuple[ExtremeOp, ExtremeOp]:
+        return ExtremeOp("min", self.dtype, self.skipna), ExtremeOp("max", self.dtype, self.skipna)
+
+    def result_dtype(self) -> np.dtype:
+        return self.dtype
+
+    def partial(self, x: Any, axes: Axes, xp: Any = np) -> State:
+        lo, hi = self._parts
+        return lo.partial(x, axes, xp) + hi.partial(x, axes, xp)
+
+    def merge(self, a: State, b: State, xp: Any = np) -> State:
+        lo, hi = self._parts
+        return lo.merge(a[:1], b[:1], xp) + hi.merge(a[1:], b[1:], xp)
+
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
+        lo, hi = self._parts
+        lo.merge_into(acc[:1], region, part[:1], xp)
+        hi.merge_into(acc[1:], region, part[1:], xp)
+
+    def empty(self, shape: tuple[int, ...], xp: Any = np) -> State:
+        lo, hi = self._parts
+        return lo.empty(shape, xp) + hi.empty(shape, xp)
+
+    def finalize(self, state: State, xp: Any = np) -> Any:
+        return state
 
 
 @dataclass(frozen=True)
@@ -398,7 +430,7 @@ class HistogramOp(Op):
     def merge(self, a: State, b: State, xp: Any = np) -> State:
         return (a[0] + b[0],)
 
-    def merge_into(self, acc: State, region: tuple[slice, ...], part: State, xp: Any = np) -> None:
+    def merge_into(self, acc: State, region: tuple[Any, ...], part: State, xp: Any = np) -> None:
         view = acc[0][region]
         xp.add(view, part[0], out=view)
 

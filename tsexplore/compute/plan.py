@@ -12,10 +12,13 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 
 ChunkIndex = tuple[int, ...]
+#: where a partial lands in the output: slices, or ``(...,)`` for a scalar output
+Region = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class ReducePlan:
     def kblock(self, index: ChunkIndex) -> ChunkIndex:
         return tuple(index[i] for i in self.kept)
 
-    def region(self, kblock: ChunkIndex) -> tuple[slice, ...] | tuple[type[Ellipsis]]:
+    def region(self, kblock: ChunkIndex) -> Region:
         """The slab of the output that chunks of ``kblock`` update (``(...,)`` for a scalar)."""
         if not self.kept:
             return (Ellipsis,)

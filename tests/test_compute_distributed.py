@@ -1,0 +1,98 @@
+"""tse.reduce(client=...) and the chunks={} dask path on a real two-process LocalCluster."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import tsexplore as tse
+from tsexplore.errors import ChunkReadError
+from tsexplore.sources import SyntheticSource
+from tsexplore.testing.wrappers import FaultySource, LatencySource
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    c = distributed.Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close(timeout=20)
+        cluster.close(timeout=20)
+
+
+def test_reductions_on_workers_match_xarray(client, small_cube):
+    ds = tse.open_dataset(small_cube)
+    ref = xr.open_zarr(small_cube)["temp"].load()
+    before = tse.stats()
+    got = tse.reduce(ds["temp"], "std", dim="time", client=client, progress=False)
+    xr.testing.assert_allclose(got, ref.std("time"), rtol=1e-6)
+    delta = tse.stats() - before
+    # the workers read the store (through their own engines), not this process
+    assert delta.bytes_decoded >= ref.nbytes
+    assert tse.stats().workers == 2
+    assert tse.get_engine().cache.bytes_now == 0
+    for op, dim in (("mean", None), ("max", ["y", "x"]), ("count", "x"), ("sum", "time")):
+        got = tse.reduce(ds["temp"], op, dim=dim, client=client, progress=False)
+        xr.testing.assert_allclose(got, getattr(ref, op)(dim=dim), rtol=1e-6)
+    h = tse.reduce(ds["temp"], "histogram", bins=16, client=client, progress=False)
+    v = ref.values.ravel().astype(np.float64)
+    np.testing.assert_array_equal(h.values, np.histogram(v, bins=16, range=(v.min(), v.max()))[0])
+
+
+def test_sliced_array_and_background_job_on_workers(client, small_cube):
+    ds = tse.open_dataset(small_cube)
+    ref = xr.open_zarr(small_cube)["temp"].load()
+    sel = dict(time=slice(3, 30, 3), y=slice(5, 120))
+    got = tse.reduce(ds["temp"].isel(**sel), "var", dim="x", client=client, progress=False)
+    xr.testing.assert_allclose(got, ref.isel(**sel).var("x"), rtol=1e-6)
+    job = tse.reduce(ds["temp"], "min", "time", client=client, background=True, progress=False)
+    xr.testing.assert_allclose(job.result(timeout=60), ref.min("time"))
+    assert job.progress.fraction == 1.0
+
+
+def test_a_failed_chunk_on_a_worker_raises(client):
+    src = FaultySource(SyntheticSource((32, 64, 64), (4, 32, 32)), {(5, 1, 0): OSError})
+    ds = tse.open_dataset(src)
+    with pytest.raises(ChunkReadError, match=r"\(5, 1, 0\)"):
+        tse.reduce(ds["data"], "mean", dim="time", client=client, progress=False)
+
+
+def test_dask_path_runs_on_workers(client, small_cube):
+    """open_dataset(chunks={}) tasks pickle to the workers and read through their engines."""
+    ds = tse.open_dataset(small_cube, chunks={})
+    ref = xr.open_zarr(small_cube)["temp"].load()
+    got = ds["temp"].mean("time").compute()  # the client is the default scheduler now
+    xr.testing.assert_allclose(got, ref.mean("time"), rtol=1e-6)
+    assert tse.get_engine().cache.bytes_now == 0  # nothing was read in this process
+
+
+def test_cancel_a_distributed_job_and_live_worker_stats(client):
+    src = LatencySource(SyntheticSource((64, 64, 64), (2, 32, 32)), 0.02)  # 128 chunks, ~1.3 s
+    ds = tse.open_dataset(src)
+    job = tse.reduce(ds["data"], "mean", "time", client=client, background=True, progress=False)
+    deadline = time.monotonic() + 30
+    while job.progress.chunks_done == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    job.cancel()
+    assert job.wait(timeout=10)
+    assert time.monotonic() - t0 < 1.0  # the client stops at once; workers drop the rest
+    assert job.status == "cancelled"
+    assert job.progress.chunks_done < src.nchunks
+    # a full run afterwards is right, and the workers' statistics reached this process
+    # (a new wrapper: the workers' caches hold what the cancelled run had read)
+    src = LatencySource(src.inner, 0.0)
+    before = tse.stats()
+    got = tse.reduce(tse.open_dataset(src)["data"], "mean", "time", client=client, progress=False)
+    want = src.inner.evaluate(tuple(slice(0, n) for n in src.shape)).astype(np.float64).mean(0)
+    np.testing.assert_allclose(got.values, want, rtol=1e-6)
+    assert (tse.stats() - before).bytes_decoded >= src.nchunks * src.chunk_nbytes()
