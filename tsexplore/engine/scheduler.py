@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -71,6 +72,10 @@ class Engine:
 
     def __init__(self, cache_bytes: int | None = None) -> None:
         settings = config.get()
+        if settings.switch_interval > 0 and sys.getswitchinterval() > settings.switch_interval:
+            # decode threads hold the GIL only briefly between C calls; with the default 5 ms
+            # interval each of those hand-offs waits behind a busy main thread
+            sys.setswitchinterval(settings.switch_interval)
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
         self.stats = Stats()
         self._lock = threading.Lock()
