@@ -247,6 +247,7 @@ class ViewController:
         clim: Range | None = None,
         percentiles: tuple[float, float] = (2.0, 98.0),
         timeout: float | None = None,
+        cancel_after: float = 0.1,
     ) -> None:
         if max_chunks < 1:
             raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
@@ -260,6 +261,9 @@ class ViewController:
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
+        self.cancel_after = float(cancel_after)
+        self._issued_at = 0.0
+        self._cancel_timer: threading.Timer | None = None
         self._cond = threading.Condition()
         self._state = state or ViewState()
         resolve(self._state, geometry, 0, max_chunks=self.max_chunks)  # validate early
@@ -314,12 +318,36 @@ class ViewController:
             self._state = state
             self._pending = request
             self.counts["updates"] += 1
-            outstanding = self._outstanding is not None
             self._cond.notify_all()
-        if outstanding:
-            # queued chunk reads of the older generation are cancelled (running ones finish)
-            get_engine().request(self.source, [], channel=self.channel, generation=gen)
+        self._cancel_stale()
         return gen
+
+    def _cancel_stale(self) -> None:
+        """Cancel the queued chunk reads of the read in flight when a newer request waits.
+
+        A read gets ``cancel_after`` seconds first, so that fast scrubbing still paints
+        frames instead of cancelling every read the moment it starts; after that its queued
+        chunks are dropped by the engine (running ones finish and fill the cache).
+        """
+        with self._cond:
+            if self._outstanding is None or self._pending is None or self._closed:
+                return
+            gen = self._generation
+            wait = self._issued_at + self.cancel_after - time.monotonic()
+            if wait > 0:
+                if self._cancel_timer is None:
+                    timer = threading.Timer(wait, self._fire_cancel_timer)
+                    timer.name = f"tsexplore-view-{self.id}-cancel"
+                    timer.daemon = True
+                    self._cancel_timer = timer
+                    timer.start()
+                return
+        get_engine().request(self.source, [], channel=self.channel, generation=gen)
+
+    def _fire_cancel_timer(self) -> None:
+        with self._cond:
+            self._cancel_timer = None
+        self._cancel_stale()
 
     def refresh(self) -> int:
         """Read the current view again (e.g. after a colour change)."""
@@ -353,8 +381,11 @@ class ViewController:
                     self._cond.wait(0.5)
                 if self._closed:
                     return
-                request, self._pending = self._pending, None
+                request = self._pending
+                assert request is not None
+                self._pending = None
                 self._outstanding = request
+                self._issued_at = time.monotonic()
                 self.counts["reads"] += 1
             try:
                 frame = self._read(request)
@@ -441,7 +472,7 @@ class ViewController:
         (gy0, gy1), (gx0, gx1) = window
         engine = get_engine()
         token = self.source.token
-        cached = {k[1] for k in engine.cache.keys() if k[0] == token}
+        cached = {k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token}
         flying = {k[1] for k in engine.in_flight_keys() if k[0] == token}
         fixed = [
             state.index(d) // geom.chunks[i] if d in geom.slider_dims else None
@@ -464,7 +495,10 @@ class ViewController:
                 return
             self._closed = True
             self._pending = None
+            timer, self._cancel_timer = self._cancel_timer, None
             self._cond.notify_all()
+        if timer is not None:
+            timer.cancel()
         if self._outstanding is not None:
             try:
                 get_engine().request(
@@ -538,7 +572,7 @@ def stream_profile(
     local = tuple(
         slice(None) if a == axis else int(k) % geom.chunks[a] for a, k in enumerate(key)
     )
-    stream = get_engine().stream(source, order, timeout=timeout)
+    stream: Any = get_engine().stream(source, order, timeout=timeout)
     try:
         for index, chunk in stream:
             if cancelled():

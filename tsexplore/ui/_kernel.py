@@ -31,6 +31,11 @@ class Dispatcher:
         self.loop = kernel_loop() if loop == "auto" else loop
         self._lock = threading.RLock()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while inline callbacks run (and by the Explorer while it rebuilds its plot)."""
+        return self._lock
+
     def __call__(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.loop is not None:
             self.loop.add_callback(fn, *args)

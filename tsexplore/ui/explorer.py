@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import Frame, PlaneGeometry, ViewController, ViewState, stream_profile
+from ..controller import (
+    Frame,
+    PlaneGeometry,
+    ViewController,
+    ViewState,
+    resolve,
+    stream_profile,
+)
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
 from ._kernel import Dispatcher
@@ -149,15 +156,17 @@ class Explorer:
     # -- building --------------------------------------------------------------------------
     def _build(self) -> None:
         """(Re)build controller, sliders and plot for the current variable and x/y dims."""
+        # without a kernel, paints run on the view thread: keep them out while building
+        with self.dispatch.lock:
+            self._build_locked()
+
+    def _build_locked(self) -> None:
         import ipywidgets as w
 
         hv = self.hv
         if self.controller is not None:
             self.controller.close()
         var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
-        if ydim == xdim:
-            others = [d for d in self.ds[var].dims if d != xdim]
-            self.y_picker.value = ydim = others[-1]
         da = self.ds[var]
         self.da = da
         self.source = _source_of(self.ds, var)
@@ -236,21 +245,23 @@ class Explorer:
         hv = self.hv
         geom = self.geometry
         ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
-        if data is None:
-            ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
+        if data is None:  # placeholder until the first frame: the initial view's extent
+            assert self.controller is not None
+            req = resolve(self.controller.state, geom, max_chunks=self.max_chunks)
+            (y0, y1), (x0, x1) = req.region
             img = np.zeros((1, 1), dtype=np.uint8)
-            (l, r), (b, t) = ax.edges(0, nx, nx), ay.edges(0, ny, ny)
+            (left, right), (bottom, top) = ax.edges(x0, x1, x1 - x0), ay.edges(y0, y1, y1 - y0)
         else:
             img = data.image
             (y0, y1), (x0, x1) = data.request.region
             sy, sx = data.request.step
-            (l, r), (b, t) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
+            (left, right), (bottom, top) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
             # hv.Image rows run top (high y) to bottom; flip so coordinates increase upwards
             img = img[::-1] if ay.dc > 0 else img
             img = img[:, ::-1] if ax.dc < 0 else img
         xlabel = f"{geom.xdim} ({ax.units})" if ax.units else geom.xdim
         ylabel = f"{geom.ydim} ({ay.units})" if ay.units else geom.ydim
-        return hv.Image(np.ascontiguousarray(img), bounds=(l, b, r, t), kdims=[geom.xdim, geom.ydim],
+        return hv.Image(np.ascontiguousarray(img), bounds=(left, bottom, right, top), kdims=[geom.xdim, geom.ydim],
                         vdims=["colour index"]).opts(
             cmap=palette(self.cmap_picker.value), clim=(0, 255), colorbar=False,
             frame_width=self.width, frame_height=self.height, title=self._title(data),
@@ -303,6 +314,11 @@ class Explorer:
         self._build()
 
     def _on_dims(self, change: Any) -> None:
+        other = self.x_picker if change["owner"] is self.y_picker else self.y_picker
+        if other.value == change["new"]:  # picking the other axis' dim swaps the two
+            other.unobserve(self._on_dims, "value")
+            other.value = change["old"]
+            other.observe(self._on_dims, "value")
         self._build()
 
     def _on_cmap(self, change: Any) -> None:

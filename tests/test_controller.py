@@ -1,0 +1,262 @@
+"""The headless view controller, driven by a fake view (no widgets, no browser)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tsexplore.controller import (
+    PlaneGeometry,
+    ViewController,
+    ViewState,
+    live_controllers,
+    resolve,
+    robust_range,
+    stream_profile,
+    to_uint8,
+)
+from tsexplore.engine import get_engine
+from tsexplore.errors import ConfigError, TsExploreError
+from tsexplore.sources import SyntheticSource
+
+
+def chunks_of(key, chunks):
+    """Ground truth: the chunk indices an orthogonal key touches, by brute force."""
+    per_axis = []
+    for k, c in zip(key, chunks):
+        if isinstance(k, int):
+            per_axis.append({k // c})
+        else:
+            per_axis.append({i // c for i in range(k.start, k.stop, k.step)})
+    import itertools
+
+    return set(itertools.product(*(sorted(s) for s in per_axis)))
+
+
+class FakeView:
+    """Collects frames the way the Explorer would paint them."""
+
+    def __init__(self) -> None:
+        self.frames = []
+        self.errors = []
+        self.lock = threading.Lock()
+
+    def on_frame(self, frame) -> None:
+        with self.lock:
+            self.frames.append(frame)
+
+    def on_error(self, exc) -> None:
+        self.errors.append(exc)
+
+
+# -- resolve (pure) -------------------------------------------------------------------------
+
+
+def test_resolve_full_view_is_strided_to_screen_resolution():
+    geom = PlaneGeometry((4, 1000, 2000), (1, 100, 100), ("t", "y", "x"), "y", "x")
+    req = resolve(ViewState(indices=(("t", 2),), height=250, width=500), geom, 7)
+    assert req.generation == 7
+    assert req.key == (2, slice(0, 1000, 4), slice(0, 2000, 4))
+    assert req.out_shape == (250, 500)
+    assert set(req.chunks) == chunks_of(req.key, geom.chunks)
+    assert len(req.chunks) == 10 * 20
+
+
+def test_resolve_zoomed_viewport_reads_only_visible_chunks():
+    geom = PlaneGeometry((4, 1000, 2000), (1, 100, 100), ("t", "y", "x"), "y", "x")
+    state = ViewState(indices=(("t", 0),), y_range=(100.2, 199.7), x_range=(350.0, 449.4),
+                      height=400, width=400)
+    req = resolve(state, geom)
+    # pixel i covers [i - 0.5, i + 0.5): 100.2 -> row 100, 199.7 -> row 200 (inclusive)
+    assert req.region == ((100, 201), (350, 450))
+    assert req.step == (1, 1)
+    assert set(req.chunks) == {(0, 1, 3), (0, 1, 4), (0, 2, 3), (0, 2, 4)}
+
+
+def test_resolve_huge_plane_stays_under_the_chunk_budget():
+    geom = PlaneGeometry((10, 10**7, 10**7), (1, 256, 256), ("t", "y", "x"), "y", "x")
+    req = resolve(ViewState(height=1000, width=1000), geom, max_chunks=256)
+    assert len(req.chunks) <= 256
+    assert set(req.chunks) == chunks_of(req.key, geom.chunks)
+    ny, nx = req.out_shape
+    assert 1 <= ny <= 1000 and 1 <= nx <= 1000
+    # still spans the whole plane
+    assert req.region == ((0, 10**7), (0, 10**7))
+
+
+def test_resolve_transposed_dims_and_errors():
+    geom = PlaneGeometry((5, 30, 40), (5, 10, 10), ("t", "y", "x"), "x", "y")
+    req = resolve(ViewState(indices=(("t", 1),)), geom)
+    assert req.transpose and req.key == (1, slice(0, 30, 1), slice(0, 40, 1))
+    with pytest.raises(ConfigError, match="outside"):
+        resolve(ViewState(indices=(("t", 5),)), geom)
+    with pytest.raises(ConfigError, match="not a dimension"):
+        PlaneGeometry((5, 30, 40), (5, 10, 10), ("t", "y", "x"), "z", "x")
+    with pytest.raises(ConfigError, match="different"):
+        PlaneGeometry((5, 30, 40), (5, 10, 10), ("t", "y", "x"), "x", "x")
+
+
+def test_colour_mapping():
+    data = np.array([[0.0, 5.0, 10.0], [np.nan, -3.0, 99.0]], dtype=np.float32)
+    img = to_uint8(data, (0.0, 10.0))
+    assert img.dtype == np.uint8
+    np.testing.assert_array_equal(img, [[1, 128, 255], [0, 1, 255]])
+    lo, hi = robust_range(np.arange(1001, dtype=np.float32), (2, 98))
+    assert (lo, hi) == pytest.approx((20.0, 980.0))
+    assert robust_range(np.full(4, np.nan)) == (0.0, 1.0)
+
+
+# -- the controller ---------------------------------------------------------------------------
+
+
+def expected(src, req):
+    (y0, y1), (x0, x1) = req.region
+    t = req.key[0]
+    full = src.evaluate((slice(t, t + 1), slice(y0, y1), slice(x0, x1)))[0]
+    return full[:: req.step[0], :: req.step[1]]
+
+
+def test_frames_match_the_source_and_update_never_blocks():
+    src = SyntheticSource((6, 300, 400), (1, 100, 100), latency=0.05)
+    geom = PlaneGeometry.of(src, "y", "x")
+    view = FakeView()
+    with ViewController(src, geom, state=ViewState(height=150, width=200),
+                        on_frame=view.on_frame) as ctl:
+        t0 = time.perf_counter()
+        gen = ctl.update(indices={"time": 3})
+        assert time.perf_counter() - t0 < 0.02  # no I/O on the caller's thread
+        frame = ctl.wait(gen, timeout=10)
+        assert frame.request.state.index("time") == 3
+        np.testing.assert_array_equal(frame.data, expected(src, frame.request))
+        np.testing.assert_array_equal(frame.image, to_uint8(frame.data, frame.clim))
+        assert frame.data.shape == (150, 200)
+        # zoom into one chunk: full resolution there, only that chunk read
+        gen = ctl.update(y_range=(100, 199), x_range=(200, 299))
+        frame = ctl.wait(gen, timeout=10)
+        assert frame.request.chunks == ((3, 1, 2),)
+        np.testing.assert_array_equal(frame.data, src.evaluate((slice(3, 4), slice(100, 200), slice(200, 300)))[0])
+    assert [f.generation for f in view.frames] == sorted({f.generation for f in view.frames})
+
+
+def test_thousand_events_in_one_second_coalesce():
+    """1,000 slider events in 1 s against a 50 ms store: <= 25 slab reads, last slice shown."""
+    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05)
+    src.prefetch = "off"
+    geom = PlaneGeometry.of(src, "y", "x")
+    view = FakeView()
+    with ViewController(src, geom, on_frame=view.on_frame) as ctl:
+        start = time.perf_counter()
+        worst = 0.0
+        for i in range(1000):
+            t = time.perf_counter()
+            ctl.update(indices={"time": i})
+            worst = max(worst, time.perf_counter() - t)
+            time.sleep(max(0.0, start + (i + 1) / 1000 - time.perf_counter()))
+        final = ctl.wait(timeout=10)
+        assert final.request.state.index("time") == 999
+        np.testing.assert_array_equal(final.data, src.evaluate((slice(999, 1000), slice(0, 128), slice(0, 128)))[0])
+        assert ctl.counts["updates"] == 1000
+        assert ctl.counts["reads"] <= 25, ctl.counts
+        assert worst < 0.05
+    gens = [f.generation for f in view.frames]
+    times = [f.request.state.index("time") for f in view.frames]
+    assert gens == sorted(gens) and len(set(gens)) == len(gens)
+    assert times == sorted(times) and times[-1] == 999
+
+
+class SlowFirst(SyntheticSource):
+    """Slice 0 takes 0.4 s, every other slice 10 ms."""
+
+    def read_chunk_sync(self, index):
+        time.sleep(0.4 if index[0] == 0 else 0.01)
+        return super().read_chunk_sync(index)
+
+
+def test_an_older_slice_is_never_painted_after_a_newer_one():
+    src = SlowFirst((4, 64, 64), (1, 64, 64))
+    src.prefetch = "off"
+    view = FakeView()
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), on_frame=view.on_frame) as ctl:
+        ctl.update(indices={"time": 0})
+        time.sleep(0.05)
+        gen = ctl.update(indices={"time": 2})
+        ctl.wait(gen, timeout=10)
+        time.sleep(0.5)  # the slow read of slice 0 has finished by now
+    shown = [f.request.state.index("time") for f in view.frames]
+    assert shown[-1] == 2
+    assert 0 not in shown[shown.index(2):]
+
+
+def test_newer_generation_cancels_queued_chunk_reads():
+    src = SyntheticSource((4, 800, 800), (1, 100, 100), latency=0.05)  # 64 chunks per slice
+    src.prefetch = "off"
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"),
+                        state=ViewState(height=800, width=800)) as ctl:
+        ctl.update(indices={"time": 0})
+        time.sleep(0.08)
+        gen = ctl.update(indices={"time": 1})
+        frame = ctl.wait(gen, timeout=20)
+        assert frame.request.state.index("time") == 1
+        assert get_engine().snapshot().cancelled > 0
+        assert ctl.counts["cancelled"] == 1 and ctl.counts["reads"] == 2
+        # slice 0 was abandoned: fewer than its 64 chunks were read
+        assert get_engine().snapshot().reads < 128
+
+
+def test_visible_chunks_are_pinned_and_chunk_map_reports_them():
+    src = SyntheticSource((4, 200, 200), (2, 100, 100))
+    src.prefetch = "off"
+    eng = get_engine()
+    ctl = ViewController(src, PlaneGeometry.of(src, "y", "x"))
+    frame = ctl.wait(ctl.update(indices={"time": 0}), timeout=10)
+    keys0 = [eng.key(src, i) for i in frame.request.chunks]
+    assert all(eng.cache.is_pinned(k) for k in keys0)
+    states, window = ctl.chunk_states()
+    assert window == (0, 2, 0, 2)
+    truth = np.array([[2 if eng.key(src, (0, y, x)) in eng.cache else 0 for x in range(2)] for y in range(2)])
+    np.testing.assert_array_equal(states, truth)
+    assert (states == 2).all()
+    frame = ctl.wait(ctl.update(indices={"time": 3}), timeout=10)
+    assert not any(eng.cache.is_pinned(k) for k in keys0)
+    assert all(eng.cache.is_pinned(eng.key(src, i)) for i in frame.request.chunks)
+    assert ctl in live_controllers()
+    ctl.close()
+    assert not any(eng.cache.is_pinned(eng.key(src, i)) for i in frame.request.chunks)
+    assert ctl not in live_controllers()
+    assert not any(t.name == f"tsexplore-view-{ctl.id}" for t in threading.enumerate())
+    with pytest.raises(TsExploreError, match="closed"):
+        ctl.update(indices={"time": 1})
+
+
+def test_read_errors_reach_the_view_and_the_thread_survives():
+    class Broken(SyntheticSource):
+        def read_chunk_sync(self, index):
+            if index[0] == 1:
+                raise OSError("disk on fire")
+            return super().read_chunk_sync(index)
+
+    src = Broken((3, 32, 32), (1, 32, 32))
+    view = FakeView()
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), on_frame=view.on_frame,
+                        on_error=view.on_error) as ctl:
+        with pytest.raises(TsExploreError, match="disk on fire"):
+            ctl.wait(ctl.update(indices={"time": 1}), timeout=10)
+        assert view.errors and ctl.counts["errors"] == 1
+        frame = ctl.wait(ctl.update(indices={"time": 2}), timeout=10)
+        assert frame.request.state.index("time") == 2
+
+
+def test_stream_profile_matches_the_source():
+    src = SyntheticSource((50, 40, 30), (8, 16, 16))
+    geom = PlaneGeometry.of(src, "y", "x")
+    chunks = []
+    values = None
+    for values, filled in stream_profile(src, geom, {"y": 17, "x": 29}, "time"):  # noqa: B007
+        chunks.append(filled)
+    assert chunks == [8, 16, 24, 32, 40, 48, 50]
+    np.testing.assert_array_equal(values, src.evaluate((slice(0, 50), slice(17, 18), slice(29, 30)))[:, 0, 0])
+    with pytest.raises(ConfigError):
+        list(stream_profile(src, geom, {"y": 40, "x": 0}, "time"))

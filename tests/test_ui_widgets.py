@@ -1,0 +1,175 @@
+"""The Explorer and StatsPanel widgets, headless (no kernel: updates run inline)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("holoviews")
+pytest.importorskip("ipywidgets")
+zarr = pytest.importorskip("zarr")
+
+import tsexplore as tse  # noqa: E402
+from tsexplore.controller import to_uint8  # noqa: E402
+from tsexplore.errors import ConfigError, TsExploreError  # noqa: E402
+
+
+def wait_for(cond, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def painted(ex):
+    """The element on screen now (the DynamicMap's last output)."""
+    return ex.image_map[()]
+
+
+@pytest.fixture
+def cube(small_cube):
+    ds = tse.open_dataset(small_cube)
+    truth = zarr.open_group(str(small_cube), mode="r")["temp"]
+    return ds, truth
+
+
+def tse_threads():
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith(("tsexplore-view", "tsexplore-stats", "tsexplore-profile"))]
+
+
+def test_slider_shows_the_new_slice_as_uint8(cube):
+    ds, truth = cube
+    with ds.tse.explore(width=400, height=300) as ex:
+        assert set(ex.sliders) == {"time"}
+        wait_for(lambda: ex.painted_generation >= 1, what="first frame")
+        ex.sliders["time"].value = 7
+        frame = ex.controller.wait(timeout=10)
+        wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
+        # the data on screen is slice 7 read straight from zarr
+        np.testing.assert_array_equal(frame.data, truth[7])
+        el = painted(ex)
+        img = el.data if isinstance(el.data, np.ndarray) else el.dimension_values(2, flat=False)
+        assert img.dtype == np.uint8
+        # rows flipped so that y increases upwards
+        np.testing.assert_array_equal(np.asarray(el.data)[::-1], to_uint8(truth[7], frame.clim))
+        assert "time=7" in el.opts.get().kwargs["title"]
+        # the coordinate value is shown, not just the index
+        assert ex.readouts["time"].value == str(ds.time.values[7])[:10] == "2000-01-08"
+        # percentiles of the displayed data only
+        lo, hi = np.percentile(truth[7], [2, 98])
+        assert frame.clim == pytest.approx((lo, hi), rel=1e-3)
+    assert tse_threads() == []
+
+
+def test_bytes_sent_per_frame_are_uint8_at_screen_resolution(cube):
+    import holoviews as hv
+
+    ds, _ = cube
+    with ds.tse.explore(width=64, height=64, stats=False) as ex:
+        frame = ex.controller.wait(timeout=10)
+        wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
+        plot = hv.renderer("bokeh").get_plot(ex.image_map)
+        image = plot.handles["source"].data["image"][0]
+        assert image.dtype == np.uint8
+        assert image.shape == (64, 64)  # 128 x 128 data shown at 64 x 64 screen pixels
+        assert image.nbytes <= 2 * 64 * 64 * 4
+
+
+def test_zoom_reads_only_visible_chunks_at_full_resolution(cube):
+    ds, truth = cube
+    with ds.tse.explore(width=400, height=300, stats=False) as ex:
+        ex.controller.wait(timeout=10)
+        # the RangeXY stream sends coordinates: x is degrees_east, y degrees_north
+        x = ds.x.values
+        y = ds.y.values
+        ex.range_stream.event(x_range=(x[70], x[100]), y_range=(y[10], y[40]))
+        frame = ex.controller.wait(timeout=10)
+        assert frame.request.region == ((10, 41), (70, 101))
+        assert set(frame.request.chunks) == {(0, 0, 1)}
+        np.testing.assert_array_equal(frame.data, truth[0, 10:41, 70:101])
+
+
+def test_dims_pickers_transpose_and_profile(cube):
+    ds, truth = cube
+    with ds.tse.explore(stats=False) as ex:
+        ex.y_picker.value = "x"   # picking the x dim for y swaps the two pickers
+        assert (ex.y_picker.value, ex.x_picker.value) == ("x", "y")
+        ex.x_picker.value = "time"
+        assert set(ex.sliders) == {"y"}
+        ex.sliders["y"].value = 5
+        frame = ex.controller.wait(timeout=10)
+        np.testing.assert_array_equal(frame.data, truth[:, 5, :].T)  # rows = x, cols = time
+        thread = ex.profile_at(iy=20, ix=3)  # x=20, time=3 -> profile along y
+        thread.join(10)
+        np.testing.assert_array_equal(ex.profile_values, truth[3, :, 20].astype(np.float64))
+
+
+def test_fixed_colour_range_and_colormap(cube):
+    ds, truth = cube
+    with ds.tse.explore(stats=False, clim=(10.0, 30.0), cmap="magma") as ex:
+        frame = ex.controller.wait(timeout=10)
+        assert frame.clim == (10.0, 30.0)
+        np.testing.assert_array_equal(frame.image, to_uint8(truth[0], (10.0, 30.0)))
+        ex.clim_mode.value = "robust"
+        frame = ex.controller.wait(timeout=10)
+        assert frame.clim != (10.0, 30.0)
+        ex.cmap_picker.value = "gray"
+        cmap = painted(ex).opts.get().kwargs["cmap"]
+        assert len(cmap) == 256 and cmap[0] == "#d9d9d9"  # 0 = NaN, 1..255 = gray ramp
+        last = cmap[-1].lstrip("#")
+        assert all(int(last[i:i + 2], 16) >= 0xF0 for i in (0, 2, 4))  # gray ends in white
+
+
+def test_bad_input_says_what_to_do(cube):
+    ds, _ = cube
+    with pytest.raises(TsExploreError, match="Dataset or DataArray"):
+        tse.explore(np.zeros((4, 4)))
+    with pytest.raises(ConfigError, match="var='nope'"):
+        ds.tse.explore(var="nope")
+    with pytest.raises(ConfigError, match="cmap"):
+        ds.tse.explore(cmap="rainbowz")
+
+
+def test_stats_panel_keeps_updating_while_a_background_thread_reads():
+    ds = tse.synthetic((64, 256, 256), (1, 128, 128), latency=0.01)
+    with tse.stats_panel(interval=0.1) as panel:
+        ticks0 = panel.ticks
+        reads0 = panel.last.reads
+        seen = []
+
+        def work():
+            for t in range(64):
+                _ = ds["data"].isel(time=t).values
+
+        worker = threading.Thread(target=work, name="tsexplore-test-worker")
+        worker.start()
+        while worker.is_alive():
+            seen.append(panel.last.reads)
+            time.sleep(0.05)
+        worker.join()
+        time.sleep(0.3)
+        truth = tse.stats()
+        assert panel.ticks - ticks0 >= 5
+        # the panel saw intermediate states, not only the start and the end
+        assert len({r for r in seen if reads0 < r < truth.reads}) >= 2
+        assert panel.last.reads == truth.reads >= 64 * 4
+        hist = panel.history
+        assert np.nanmax(hist["read_mbs"]) > 0
+        assert np.all(np.diff(hist["t"]) > 0)
+        assert "reads" in panel.numbers.value
+    assert tse_threads() == []
+
+
+def test_standalone_stats_panel_maps_the_newest_explorers_plane(cube):
+    ds, _ = cube
+    with ds.tse.explore(stats=False) as ex, tse.stats_panel(interval=0.1) as panel:
+        ex.controller.wait(timeout=10)
+        panel.tick()
+        states = panel.chunk_source.data["image"][0]
+        assert states.shape == (2, 2) and (states == 2).all()
+        assert panel.chunk_counts.tolist() == [0, 0, 4]

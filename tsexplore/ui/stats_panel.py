@@ -1,0 +1,199 @@
+"""The StatsPanel: live bokeh plots fed from engine snapshots on a timer.
+
+Every ``interval`` seconds (default 0.25) :meth:`StatsPanel.tick` takes ``tse.stats()``,
+streams one row into the plots' ``ColumnDataSource`` (hit ratio over the last second, MB/s read, queue
+depth per priority, reads in flight, latency p50/p95) and sends the chunk map of the current
+plane (cached / in flight / not loaded). In a kernel the timer is a tornado PeriodicCallback
+on the kernel's IOLoop, so the panel keeps moving while a computation runs in a background
+thread (it pauses while a cell itself is busy); outside a kernel (and with
+``timer="thread"``) it is a ``tsexplore-stats-*`` thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ..controller import live_controllers
+from ..engine import get_engine
+from ..errors import ConfigError
+from ._kernel import Timer
+
+COLUMNS = (
+    "t", "hit_ratio", "read_mbs", "q_visible", "q_planned", "q_speculative",
+    "in_flight", "p50_ms", "p95_ms",
+)
+STATE_COLOURS = ["#eeeeee", "#ff9900", "#2c7fb8"]  # not loaded, in flight, cached
+_ids = itertools.count(1)
+
+
+class StatsPanel:
+    """Live engine statistics; ``explorer=`` ties the chunk map to an Explorer's plane."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = 0.25,
+        history: int = 240,
+        explorer: Any = None,
+        timer: str = "auto",
+        width: int = 300,
+    ) -> None:
+        import ipywidgets as w
+
+        self.id = next(_ids)
+        self.explorer = explorer
+        self.interval = float(interval)
+        self.history_length = int(history)
+        self.t0 = time.monotonic()
+        self.ticks = 0
+        self.last: Any = None
+        self.chunk_counts = np.zeros(3, dtype=np.int64)
+        self._window: deque[Any] = deque(maxlen=max(2, int(round(1.0 / self.interval)) + 1))
+        self._hit_ratio = float("nan")
+        layout = self._figures(width)
+        from jupyter_bokeh.widgets import BokehModel
+
+        self.numbers = w.HTML(value="<code>waiting for the first snapshot…</code>")
+        self.numbers.add_class("tsexplore-stats-numbers")
+        self.plot_widget = BokehModel(layout, combine_events=True)
+        self.widget = w.VBox([w.HTML("<b>tsexplore engine</b>"), self.numbers, self.plot_widget])
+        self.widget.add_class("tsexplore-stats")
+        self.tick()
+        if timer not in ("auto", "thread"):
+            raise ConfigError(f"timer must be 'auto' or 'thread', got {timer!r}")
+        self._timer = Timer(self.tick, self.interval, f"tsexplore-stats-{self.id}",
+                            loop=None if timer == "thread" else "auto")
+
+    # -- data ------------------------------------------------------------------------------
+    def _controller(self) -> Any:
+        if self.explorer is not None:
+            return self.explorer.controller
+        live = live_controllers()
+        return live[-1] if live else None
+
+    def _figures(self, width: int) -> Any:
+        """Bokeh figures fed by ``ColumnDataSource.stream`` (about 1 ms per tick; a holoviews
+        DynamicMap re-render cost 250-400 ms of the kernel's thread per tick here)."""
+        from bokeh.layouts import column
+        from bokeh.models import ColumnDataSource, LinearColorMapper
+        from bokeh.plotting import figure
+
+        self.source = ColumnDataSource({c: [] for c in COLUMNS})
+        figs = []
+        series = [
+            ("hit ratio (last 1 s)", [("hit_ratio", "hit ratio")]),
+            ("read MB/s", [("read_mbs", "MB/s")]),
+            ("queue depth / in flight", [("q_visible", "visible"), ("q_planned", "planned"),
+                                         ("q_speculative", "speculative"), ("in_flight", "in flight")]),
+            ("read latency (ms)", [("p50_ms", "p50"), ("p95_ms", "p95")]),
+        ]
+        colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+        for title, cols in series:
+            fig: Any = figure(title=title, width=width, height=130, toolbar_location=None,
+                         x_axis_label="s")
+            for (col, label), colour in zip(cols, colours):
+                extra = {"legend_label": label} if len(cols) > 1 else {}
+                fig.line("t", col, source=self.source, line_width=2, color=colour, **extra)
+            if len(cols) > 1:
+                fig.legend.location = "top_left"
+                fig.legend.label_text_font_size = "8pt"
+            figs.append(fig)
+        figs[0].y_range.start, figs[0].y_range.end = 0, 1.05
+        self.chunk_source = ColumnDataSource(
+            {"image": [np.zeros((1, 1), np.uint8)], "x": [0], "y": [0], "dw": [1], "dh": [1]}
+        )
+        self.chunk_fig: Any = figure(title="chunk map", width=width, height=width, toolbar_location=None,
+                                x_axis_label="x chunk", y_axis_label="y chunk", match_aspect=True)
+        mapper = LinearColorMapper(palette=STATE_COLOURS, low=0, high=2)
+        self.chunk_fig.image("image", "x", "y", "dw", "dh", source=self.chunk_source,
+                             color_mapper=mapper)  # type: ignore[call-arg]
+        self.figures = [*figs, self.chunk_fig]
+        return column(*self.figures)
+
+    def tick(self) -> Any:
+        """Take one snapshot and push it to the plots (called by the timer)."""
+        snap = get_engine().snapshot()
+        now = time.monotonic() - self.t0
+        self._window.append(snap)
+        first = self._window[0]
+        requests = snap.requests - first.requests
+        if requests > 0:
+            self._hit_ratio = (snap.hits - first.hits) / requests
+        q = snap.queued
+        row = {
+            "t": now, "hit_ratio": self._hit_ratio, "read_mbs": snap.read_rate / 1e6,
+            "q_visible": q.get("visible", 0), "q_planned": q.get("planned", 0),
+            "q_speculative": q.get("speculative", 0), "in_flight": snap.in_flight,
+            "p50_ms": snap.latency_p50 * 1e3, "p95_ms": snap.latency_p95 * 1e3,
+        }
+        self.source.stream({k: [float(v)] for k, v in row.items()}, rollover=self.history_length)
+        ctl = self._controller()
+        if ctl is not None and not ctl.closed:
+            states, window = ctl.chunk_states()
+            counts = np.bincount(states.ravel(), minlength=3)
+            title = f"chunks: {counts[2]} cached, {counts[1]} in flight, {counts[0]} not loaded"
+            gy0, gy1, gx0, gx1 = window
+            self.chunk_source.data = {"image": [states], "x": [gx0], "y": [gy0],
+                                      "dw": [gx1 - gx0], "dh": [gy1 - gy0]}
+            self.chunk_fig.title.text = title
+            self.chunk_counts = counts
+        self.numbers.value = (
+            "<code style='white-space:pre'>"
+            f"hits {snap.hits}  misses {snap.misses}  joined {snap.joined}  "
+            f"hit ratio {snap.hit_ratio:.0%}\n"
+            f"reads {snap.reads}  prefetch {snap.prefetch_reads}  cancelled {snap.cancelled}\n"
+            f"read {snap.bytes_read / 1e6:.1f} MB at {snap.read_rate / 1e6:.1f} MB/s\n"
+            f"queued v/p/s {q.get('visible', 0)}/{q.get('planned', 0)}/{q.get('speculative', 0)}"
+            f"  in flight {snap.in_flight}\n"
+            f"latency p50 {snap.latency_p50 * 1e3:.1f} ms  p95 {snap.latency_p95 * 1e3:.1f} ms\n"
+            f"cache {snap.cache_bytes / 1e6:.0f}/{snap.cache_budget / 1e6:.0f} MB"
+            f"</code>"
+        )
+        self.last = snap
+        self.ticks += 1
+        return snap
+
+    @property
+    def history(self) -> dict[str, np.ndarray]:
+        """The rows currently held by the plots, column by column."""
+        data = self.source.data
+        return {c: np.asarray(data[c]) for c in COLUMNS}
+
+    # -- lifetime --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._timer.running
+
+    def close(self) -> None:
+        """Stop the timer and close the widgets."""
+        self._timer.stop()
+        self.widget.close()
+
+    def __enter__(self) -> StatsPanel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"<StatsPanel ticks={self.ticks} interval={self.interval}s last={self.last!r}>"
+
+
+def stats_panel(**kwargs: Any) -> StatsPanel:
+    """The StatsPanel on its own (``tse.stats_panel()``)."""
+    try:
+        import holoviews  # noqa: F401
+        import ipywidgets  # noqa: F401
+    except ImportError as exc:
+        from ..errors import missing_dependency
+
+        raise missing_dependency(exc.name or "ipywidgets", "lab", "the StatsPanel") from exc
+    return StatsPanel(**kwargs)
