@@ -16,12 +16,12 @@ $(VENV)/.installed-test: pyproject.toml
 $(VENV)/.installed-lab: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[lab,distributed]"
+	$(PY) -m pip install -q -e ".[lab,distributed,torch,tf]"
 	touch $@
 
 lab: $(VENV)/.installed-lab
 	$(PY) -c "import tsexplore as tse; print(tse.sample_data('cube', 'data/cube.zarr'))"
-	$(PY) -m jupyter lab notebooks/01_explore.ipynb
+	$(PY) -m jupyter lab --allow-root notebooks/01_explore.ipynb
 
 test: $(VENV)/.installed-test
 	TSEXPLORE_SAMPLE_SIZE=small $(PY) -m pytest -q

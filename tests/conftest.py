@@ -44,4 +44,7 @@ def fresh_engine():
             break
         time.sleep(0.02)
     else:
-        pytest.fail(f"engine threads still alive 2 s after tse.close(): {alive}")
+        pytest.fail(
+            f"engine threads still alive 2 s after tse.close(): {alive}; all threads: "
+            f"{sorted(t.name for t in threading.enumerate())}"
+        )

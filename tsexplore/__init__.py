@@ -14,6 +14,7 @@ from typing import Any
 
 from . import config, errors
 from .engine import Priority, StatsSnapshot, close_engine, get_engine
+from .engine import snapshot as _snapshot
 from .errors import TsExploreError
 from .sample import sample_data
 from .sources import SyntheticSource
@@ -41,13 +42,20 @@ __all__ = [
 
 
 def stats() -> StatsSnapshot:
-    """A frozen snapshot of the engine's statistics (hits, bytes, rates, latency, queues)."""
-    return get_engine().snapshot()
+    """A frozen snapshot of the engine's statistics (hits, bytes, rates, latency, queues).
+
+    Zeros when no engine runs (asking for statistics never starts one).
+    """
+    return _snapshot()
 
 
 def reset_stats() -> None:
     """Zero the engine's counters (the cache keeps its contents)."""
-    get_engine().stats.reset()
+    from .engine import current_engine
+
+    engine = current_engine()
+    if engine is not None:
+        engine.stats.reset()
 
 
 def close() -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .engine.array import read_selection
 from .engine.planning import plan_selection
-from .engine.scheduler import get_engine
+from .engine.scheduler import current_engine, get_engine
 from .errors import ConfigError, RequestCancelledError, TsExploreError
 from .sources.base import ChunkIndex, ChunkSource
 
@@ -470,10 +470,12 @@ class ViewController:
                 hi = lo + max_cells
             window.append((lo, hi))
         (gy0, gy1), (gx0, gx1) = window
-        engine = get_engine()
+        engine = current_engine()  # polled by the StatsPanel: never start an engine here
         token = self.source.token
-        cached = {k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token}
-        flying = {k[1] for k in engine.in_flight_keys() if k[0] == token}
+        cached = set() if engine is None else {
+            k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token
+        }
+        flying = set() if engine is None else {k[1] for k in engine.in_flight_keys() if k[0] == token}
         fixed = [
             state.index(d) // geom.chunks[i] if d in geom.slider_dims else None
             for i, d in enumerate(geom.dims)

@@ -158,7 +158,9 @@ class _Accessor:
 
     def stats(self) -> Any:
         """The engine's statistics (one engine serves the whole process)."""
-        return get_engine().snapshot()
+        from .engine import snapshot
+
+        return snapshot()
 
     @property
     def sources(self) -> list[Any]:

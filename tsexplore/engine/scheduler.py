@@ -593,6 +593,25 @@ def get_engine() -> Engine:
         return _engine
 
 
+def current_engine() -> Engine | None:
+    """The running engine of this process, or None (never starts one)."""
+    import os
+
+    engine = _engine
+    if engine is None or engine.closed or _engine_pid != os.getpid():
+        return None
+    return engine
+
+
+def snapshot() -> StatsSnapshot:
+    """Statistics of the running engine; zeros when none runs (does not start one)."""
+    engine = current_engine()
+    if engine is None:
+        return StatsSnapshot(time=time.time(), cache_budget=config.get().cache_bytes,
+                             queued={p.name.lower(): 0 for p in Priority})
+    return engine.snapshot()
+
+
 def close_engine() -> None:
     """Close the process-wide engine if one is running."""
     import os

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..controller import live_controllers
-from ..engine import get_engine
+from ..engine import snapshot
 from ..errors import ConfigError
-from ._kernel import Timer
+from ._kernel import Timer, bokeh_widget
 
 COLUMNS = (
     "t", "hit_ratio", "read_mbs", "q_visible", "q_planned", "q_speculative",
@@ -56,11 +56,11 @@ class StatsPanel:
         self._window: deque[Any] = deque(maxlen=max(2, int(round(1.0 / self.interval)) + 1))
         self._hit_ratio = float("nan")
         layout = self._figures(width)
-        from jupyter_bokeh.widgets import BokehModel
-
-        self.numbers = w.HTML(value="<code>waiting for the first snapshot…</code>")
+        self.width = int(width)
+        self.numbers = w.HTML(value="<code>waiting for the first snapshot…</code>",
+                              layout=w.Layout(width=f"{self.width + 20}px"))
         self.numbers.add_class("tsexplore-stats-numbers")
-        self.plot_widget = BokehModel(layout, combine_events=True)
+        self.plot_widget = bokeh_widget(layout)
         self.widget = w.VBox([w.HTML("<b>tsexplore engine</b>"), self.numbers, self.plot_widget])
         self.widget.add_class("tsexplore-stats")
         self.tick()
@@ -117,7 +117,7 @@ class StatsPanel:
 
     def tick(self) -> Any:
         """Take one snapshot and push it to the plots (called by the timer)."""
-        snap = get_engine().snapshot()
+        snap = snapshot()  # never starts an engine
         now = time.monotonic() - self.t0
         self._window.append(snap)
         first = self._window[0]
@@ -143,8 +143,10 @@ class StatsPanel:
             self.chunk_fig.title.text = title
             self.chunk_counts = counts
         self.numbers.value = (
-            "<code style='white-space:pre'>"
-            f"hits {snap.hits}  misses {snap.misses}  joined {snap.joined}  "
+            # short lines, wrapped at the panel's width rather than clipped on the right
+            f"<code style='white-space:pre-wrap; overflow-wrap:anywhere; font-size:11px; "
+            f"display:block; max-width:{self.width}px'>"
+            f"hits {snap.hits}  misses {snap.misses}  joined {snap.joined}\n"
             f"hit ratio {snap.hit_ratio:.0%}\n"
             f"reads {snap.reads}  prefetch {snap.prefetch_reads}  cancelled {snap.cancelled}\n"
             f"read {snap.bytes_read / 1e6:.1f} MB at {snap.read_rate / 1e6:.1f} MB/s\n"
