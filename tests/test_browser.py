@@ -70,7 +70,15 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = {"TSEXPLORE_SAMPLE_SIZE": "small", "TSEXPLORE_DATA_DIR": str(data)}
     t0 = time.monotonic()
+    sent_back = {"on": False, "bytes": 0}
+
+    def on_ws(ws):
+        if "/channels" in ws.url:
+            ws.on("framesent", lambda p: sent_back.__setitem__(
+                "bytes", sent_back["bytes"] + (len(p) if sent_back["on"] else 0)))
+
     with jupyterlab(tmp_path, env) as (url, token), chromium(tmp_path / "profile") as page:
+        page.on("websocket", on_ws)
         print(f"lab up after {time.monotonic() - t0:.1f} s")
         page.goto(f"{url}/lab/tree/01_explore.ipynb?token={token}")
         page.wait_for_function(KERNEL_IDLE)
@@ -87,6 +95,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         handle = page.locator(".widget-slider .noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
+        sent_back["on"] = True
         handle.press("ArrowRight")
         try:
             page.wait_for_function(f"({TITLES})().some(t => t.startsWith('temp · time=8'))",
@@ -100,6 +109,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
                 info: [...document.querySelectorAll('.widget-html-content code')].map(e => e.innerText).slice(0, 3)})""")
             raise AssertionError(f"the slider move was not painted: {state}") from None
         page.wait_for_timeout(800)  # a few StatsPanel ticks
+        sent_back["on"] = False
         after = page.evaluate(IMAGE_OF, "temp · time=8")
         numbers_after = page.evaluate(NUMBERS)[0]
         page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"), full_page=True)
@@ -114,6 +124,10 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     prev = np.array(before["values"], dtype=np.uint8).reshape(before["shape"])
     np.testing.assert_array_equal(prev, to_uint8(truth[7], robust_range(truth[7])))
     assert not np.array_equal(prev, shown)
+    # the browser sends back the slider move only: no echo of the image (128 x 128 = 16 kB)
+    # nor of the StatsPanel's streamed rows and chunk map (jupyter_bokeh echoed every patch),
+    # nor the StatsPanel's auto-ranges (4 figures x 4 range ends per tick)
+    assert sent_back["bytes"] < 6000, f"{sent_back['bytes']} bytes sent back to the kernel"
     # the stats panel's numbers moved: the slider's chunk requests were counted
     assert numbers_after != numbers_before
     assert _requests(numbers_after) >= _requests(numbers_before) + 4

@@ -26,8 +26,9 @@ def wait_for(cond, timeout=10.0, what="condition"):
 
 
 def painted(ex):
-    """The element on screen now (the DynamicMap's last output)."""
-    return ex.image_map[()]
+    """The image glyph's data now (what the browser is sent): (uint8 image, x, y, dw, dh)."""
+    d = ex.image_source.data
+    return d["image"][0], d["x"][0], d["y"][0], d["dw"][0], d["dh"][0]
 
 
 @pytest.fixture
@@ -52,12 +53,16 @@ def test_slider_shows_the_new_slice_as_uint8(cube):
         wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
         # the data on screen is slice 7 read straight from zarr
         np.testing.assert_array_equal(frame.data, truth[7])
-        el = painted(ex)
-        img = el.data if isinstance(el.data, np.ndarray) else el.dimension_values(2, flat=False)
+        img, x, y, dw, dh = painted(ex)
         assert img.dtype == np.uint8
-        # rows flipped so that y increases upwards
-        np.testing.assert_array_equal(np.asarray(el.data)[::-1], to_uint8(truth[7], frame.clim))
-        assert "time=7" in el.opts.get().kwargs["title"]
+        # bokeh draws row 0 at the bottom: the lowest y coordinate (y increases with index here)
+        assert ds.y.values[1] > ds.y.values[0]
+        np.testing.assert_array_equal(img, to_uint8(truth[7], frame.clim))
+        # the image covers the pixel edges of the whole plane, in coordinates
+        dy, dx = float(ds.y[1] - ds.y[0]), float(ds.x[1] - ds.x[0])
+        assert (x, y) == pytest.approx((float(ds.x[0]) - dx / 2, float(ds.y[0]) - dy / 2))
+        assert (dw, dh) == pytest.approx((128 * dx, 128 * dy))
+        assert ex.figure.title.text.startswith("temp · time=7 (2000-01-08")
         # the coordinate value is shown, not just the index
         assert ex.readouts["time"].value == str(ds.time.values[7])[:10] == "2000-01-08"
         # percentiles of the displayed data only
@@ -67,14 +72,11 @@ def test_slider_shows_the_new_slice_as_uint8(cube):
 
 
 def test_bytes_sent_per_frame_are_uint8_at_screen_resolution(cube):
-    import holoviews as hv
-
     ds, _ = cube
     with ds.tse.explore(width=64, height=64, stats=False) as ex:
         frame = ex.controller.wait(timeout=10)
         wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
-        plot = hv.renderer("bokeh").get_plot(ex.image_map)
-        image = plot.handles["source"].data["image"][0]
+        image = painted(ex)[0]
         assert image.dtype == np.uint8
         assert image.shape == (64, 64)  # 128 x 128 data shown at 64 x 64 screen pixels
         assert image.nbytes <= 2 * 64 * 64 * 4
@@ -87,11 +89,27 @@ def test_zoom_reads_only_visible_chunks_at_full_resolution(cube):
         # the RangeXY stream sends coordinates: x is degrees_east, y degrees_north
         x = ds.x.values
         y = ds.y.values
-        ex.range_stream.event(x_range=(x[70], x[100]), y_range=(y[10], y[40]))
+        # a RangesUpdate event as the browser's pan/zoom sends it, through bokeh's dispatch
+        from bokeh.events import RangesUpdate
+
+        ex.figure._trigger_event(RangesUpdate(ex.figure, x0=x[70], x1=x[100], y0=y[10], y1=y[40]))
         frame = ex.controller.wait(timeout=10)
         assert frame.request.region == ((10, 41), (70, 101))
         assert set(frame.request.chunks) == {(0, 0, 1)}
         np.testing.assert_array_equal(frame.data, truth[0, 10:41, 70:101])
+        wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
+        img, x0, y0, dw, dh = painted(ex)
+        np.testing.assert_array_equal(img, frame.image)
+        dx = float(x[1] - x[0])
+        assert (x0, dw) == pytest.approx((x[70] - dx / 2, 31 * dx))
+        # a click (bokeh Tap, in coordinates) streams the profile through that pixel
+        from bokeh.events import Tap
+
+        ex.figure._trigger_event(Tap(ex.figure, x=float(x[90]), y=float(y[20])))
+        ex._profile_thread.join(10)
+        np.testing.assert_array_equal(ex.profile_values, truth[:, 20, 90].astype(np.float64))
+        wait_for(lambda: len(ex.profile_source.data["y"]) == truth.shape[0], what="profile paint")
+        np.testing.assert_array_equal(ex.profile_source.data["y"], truth[:, 20, 90])
 
 
 def test_dims_pickers_transpose_and_profile(cube):
@@ -119,7 +137,7 @@ def test_fixed_colour_range_and_colormap(cube):
         frame = ex.controller.wait(timeout=10)
         assert frame.clim != (10.0, 30.0)
         ex.cmap_picker.value = "gray"
-        cmap = painted(ex).opts.get().kwargs["cmap"]
+        cmap = ex.color_mapper.palette
         assert len(cmap) == 256 and cmap[0] == "#d9d9d9"  # 0 = NaN, 1..255 = gray ramp
         last = cmap[-1].lstrip("#")
         assert all(int(last[i:i + 2], 16) >= 0xF0 for i in (0, 2, 4))  # gray ends in white

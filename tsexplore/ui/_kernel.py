@@ -8,6 +8,7 @@ thread when there is no kernel, e.g. in headless tests).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -89,3 +90,51 @@ class Timer:
             self.loop.add_callback(self._pc.stop)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+
+@functools.cache
+def _bokeh_model_class() -> Any:
+    from jupyter_bokeh.widgets import BokehModel
+
+    class TseBokehModel(BokehModel):  # type: ignore[misc]
+        """jupyter_bokeh's widget with an idempotent ``close()`` (its own raises KeyError
+        from ``__del__`` once it was closed explicitly)."""
+
+        def close(self) -> None:
+            if getattr(self, "_tse_closed", False):
+                return
+            self._tse_closed = True
+            super().close()
+
+    return TseBokehModel
+
+
+# jupyter_bokeh 4.1's browser side forwards every document change event to the kernel,
+# including the ones BokehJS marks ``sync = false`` because they came from the kernel's own
+# patch (bokeh >= 3.4): each frame's image went straight back (626 kB per 1024^2 frame).
+# Run once the document is ready: wrap its change listeners so that those events are dropped.
+NO_ECHO_JS = """
+const doc = cb_obj;
+if (doc != null && doc._callbacks instanceof Map && !doc.__tse_no_echo) {
+  doc.__tse_no_echo = true;
+  for (const [callback, batches] of [...doc._callbacks]) {
+    doc._callbacks.delete(callback);
+    doc._callbacks.set((event) => { if (event.sync !== false) callback(event); }, batches);
+  }
+}
+"""
+
+
+def bokeh_widget(layout: Any) -> Any:
+    """An ipywidget showing the bokeh ``layout``. Changes made on the kernel's thread travel
+    as binary patches; the browser sends back only its own changes (pan/zoom, clicks), never
+    an echo of a kernel patch (see ``NO_ECHO_JS``)."""
+    from bokeh.document import Document
+    from bokeh.models import CustomJS
+
+    doc = layout.document
+    if doc is None:
+        doc = Document()
+        doc.add_root(layout)
+    doc.js_on_event("document_ready", CustomJS(code=NO_ECHO_JS))
+    return _bokeh_model_class()(layout, combine_events=True)

@@ -1,8 +1,12 @@
-"""The Explorer widget: a thin ipywidgets + holoviews face over :class:`ViewController`.
+"""The Explorer widget: a thin ipywidgets + bokeh face over :class:`ViewController`.
 
 The image travels to the browser at screen resolution as ``uint8`` colour indices (one byte
-per pixel, 0 = NaN) with a fixed 256-colour mapper, never as the float frame; plot updates go
-through the ipywidgets comm (``hv.extension('bokeh', inline=True, comms='ipywidgets')``).
+per pixel, 0 = NaN) with a fixed 256-colour mapper, never as the float frame. The plot is a
+plain bokeh figure with an ``image`` glyph whose ``ColumnDataSource`` is replaced in place on
+each frame, embedded through ``jupyter_bokeh.BokehModel`` (an ipywidget). A holoviews
+DynamicMap re-render cost 100-400 ms of the kernel's thread per frame here, and its browser
+side echoed every frame back to the kernel; the in-place update costs a few ms and nothing
+comes back but pan/zoom (``RangesUpdate``) and click (``Tap``) events.
 Frames arrive on the controller's view thread and are painted on the kernel's IOLoop.
 """
 
@@ -23,7 +27,7 @@ from ..controller import (
 )
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
-from ._kernel import Dispatcher
+from ._kernel import Dispatcher, bokeh_widget
 
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_COLOUR = "#d9d9d9"
@@ -34,15 +38,6 @@ def palette(name: str) -> list[str]:
     from holoviews.plotting.util import process_cmap
 
     return [NAN_COLOUR, *process_cmap(name, 255)]
-
-
-def _ensure_bokeh() -> Any:
-    import holoviews as hv
-    import holoviews.plotting.bokeh  # noqa: F401 - registers the bokeh renderer
-
-    if hv.Store.current_backend != "bokeh":
-        hv.Store.set_current_backend("bokeh")
-    return hv
 
 
 def _as_dataset(obj: Any) -> Any:
@@ -90,7 +85,6 @@ class Explorer:
     ) -> None:
         import ipywidgets as w
 
-        self.hv = _ensure_bokeh()
         self.ds = _as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
@@ -163,7 +157,6 @@ class Explorer:
     def _build_locked(self) -> None:
         import ipywidgets as w
 
-        hv = self.hv
         if self.controller is not None:
             self.controller.close()
         var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
@@ -208,20 +201,7 @@ class Explorer:
             self.sliders[dim], self.readouts[dim], self.players[dim] = slider, readout, play
             rows.append(w.HBox([slider, play, speed, readout]))
         self.slider_box.children = rows
-        # the plot: image (uint8 colour indices) + profile, pan/zoom and tap streams
-        self._pipe = hv.streams.Pipe(data=None)
-        self._profile_pipe = hv.streams.Pipe(data=None)
-        self.image_map = hv.DynamicMap(self._image, streams=[self._pipe])
-        self.profile_map = hv.DynamicMap(self._profile, streams=[self._profile_pipe])
-        self.range_stream = hv.streams.RangeXY(source=self.image_map)
-        self.range_stream.add_subscriber(self._on_range)
-        self.tap_stream = hv.streams.Tap(source=self.image_map)
-        self.tap_stream.add_subscriber(self._on_tap)
-        layout = (self.image_map + self.profile_map).opts(shared_axes=False)
-        import panel as pn
-
-        self.plot_widget = pn.ipywidget(layout)
-        self.plot_box.children = [self.plot_widget]
+        self._build_plot(resolve(state, self.geometry, max_chunks=self.max_chunks))
         self.controller.update()
 
     def _clim(self) -> tuple[float, float] | None:
@@ -232,7 +212,51 @@ class Explorer:
             raise ConfigError(f"the colour range needs max > min, got min={lo} max={hi}")
         return (lo, hi)
 
-    # -- holoviews callbacks (kernel thread) -------------------------------------------------
+    # -- the bokeh plot (kernel thread) --------------------------------------------------------
+    def _build_plot(self, req: Any) -> None:
+        """A bokeh image figure (initial view's extent) and a profile figure in one BokehModel."""
+        from bokeh import events
+        from bokeh.layouts import row
+        from bokeh.models import ColumnDataSource, LinearColorMapper, Range1d
+        from bokeh.plotting import figure
+        geom = self.geometry
+        ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
+        (y0, y1), (x0, x1) = req.region
+        (left, right), (bottom, top) = ax.edges(x0, x1, 1), ay.edges(y0, y1, 1)
+        xlabel = f"{geom.xdim} ({ax.units})" if ax.units else geom.xdim
+        ylabel = f"{geom.ydim} ({ay.units})" if ay.units else geom.ydim
+        self.image_source = ColumnDataSource(
+            {"image": [np.zeros((1, 1), np.uint8)], "x": [left], "y": [bottom],
+             "dw": [right - left], "dh": [top - bottom]})
+        self.color_mapper = LinearColorMapper(palette=palette(self.cmap_picker.value), low=0, high=255)
+        fig: Any = figure(
+            title=self._title(None), frame_width=self.width, frame_height=self.height,
+            x_range=Range1d(left, right), y_range=Range1d(bottom, top),
+            x_axis_label=xlabel, y_axis_label=ylabel,
+            tools="pan,wheel_zoom,box_zoom,reset,save", active_drag="pan", active_scroll="wheel_zoom",
+        )
+        fig.image("image", "x", "y", "dw", "dh", source=self.image_source,
+                  color_mapper=self.color_mapper)  # type: ignore[call-arg]
+        # pan/zoom reaches the kernel as one RangesUpdate event, not as four range changes
+        fig.x_range.syncable = fig.y_range.syncable = False
+        fig.on_event(events.RangesUpdate, self._on_ranges_event)
+        fig.on_event(events.Tap, self._on_tap_event)
+        self.figure = fig
+        self.profile_source = ColumnDataSource({"x": np.zeros(0), "y": np.zeros(0)})
+        pdim = self.profile_dim
+        prof: Any = figure(
+            title="click the image for a profile" if pdim else "no slider dim",
+            frame_width=260, frame_height=self.height // 2, tools="pan,wheel_zoom,reset,save",
+            x_axis_label=f"{pdim} index" if pdim else "index", y_axis_label=self.var_picker.value,
+        )
+        prof.line("x", "y", source=self.profile_source, line_width=2)
+        prof.x_range.syncable = prof.y_range.syncable = False  # auto-ranged in the browser
+        self.profile_figure = prof
+        if getattr(self, "plot_widget", None) is not None:
+            self.plot_widget.close()  # the previous variable's / dims' plot
+        self.plot_widget = bokeh_widget(row(fig, prof))
+        self.plot_box.children = [self.plot_widget]
+
     def _title(self, frame: Frame | None) -> str:
         var = self.var_picker.value
         if frame is None:
@@ -241,46 +265,19 @@ class Explorer:
                  for d in self.geometry.slider_dims]
         return " · ".join([var, *parts])
 
-    def _image(self, data: Frame | None) -> Any:
-        hv = self.hv
+    def _image_data(self, frame: Frame) -> dict[str, list[Any]]:
+        """The image source's columns for ``frame``: row 0 at the lowest y coordinate, column 0
+        at the lowest x coordinate (bokeh's ``image`` glyph draws row 0 at the bottom)."""
         geom = self.geometry
         ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
-        if data is None:  # placeholder until the first frame: the initial view's extent
-            assert self.controller is not None
-            req = resolve(self.controller.state, geom, max_chunks=self.max_chunks)
-            (y0, y1), (x0, x1) = req.region
-            img = np.zeros((1, 1), dtype=np.uint8)
-            (left, right), (bottom, top) = ax.edges(x0, x1, x1 - x0), ay.edges(y0, y1, y1 - y0)
-        else:
-            img = data.image
-            (y0, y1), (x0, x1) = data.request.region
-            sy, sx = data.request.step
-            (left, right), (bottom, top) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
-            # hv.Image rows run top (high y) to bottom; flip so coordinates increase upwards
-            img = img[::-1] if ay.dc > 0 else img
-            img = img[:, ::-1] if ax.dc < 0 else img
-        xlabel = f"{geom.xdim} ({ax.units})" if ax.units else geom.xdim
-        ylabel = f"{geom.ydim} ({ay.units})" if ay.units else geom.ydim
-        return hv.Image(np.ascontiguousarray(img), bounds=(left, bottom, right, top), kdims=[geom.xdim, geom.ydim],
-                        vdims=["colour index"]).opts(
-            cmap=palette(self.cmap_picker.value), clim=(0, 255), colorbar=False,
-            frame_width=self.width, frame_height=self.height, title=self._title(data),
-            tools=["tap"], active_tools=["wheel_zoom"], xlabel=xlabel, ylabel=ylabel,
-            default_tools=["pan", "wheel_zoom", "box_zoom", "reset", "save"],
-        )
-
-    def _profile(self, data: Any) -> Any:
-        hv = self.hv
-        dim = self.profile_dim
-        if dim is None:
-            return hv.Curve([], "index", self.var_picker.value).opts(title="no slider dim")
-        axis = self.axes[dim]
-        xs = np.arange(axis.size) if data is None else data[0]
-        ys = np.full(axis.size, np.nan) if data is None else data[1]
-        title = "click the image for a profile" if data is None else data[2]
-        return hv.Curve((xs, ys), f"{dim} index", self.var_picker.value).opts(
-            frame_width=260, frame_height=self.height // 2, title=title, framewise=True,
-        )
+        img = frame.image
+        (y0, y1), (x0, x1) = frame.request.region
+        sy, sx = frame.request.step
+        (left, right), (bottom, top) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
+        img = img[::-1] if ay.dc < 0 else img
+        img = img[:, ::-1] if ax.dc < 0 else img
+        return {"image": [np.ascontiguousarray(img, dtype=np.uint8)], "x": [left], "y": [bottom],
+                "dw": [right - left], "dh": [top - bottom]}
 
     @property
     def profile_dim(self) -> str | None:
@@ -293,7 +290,12 @@ class Explorer:
         assert self.controller is not None
         self.controller.update(indices={dim: int(value)})
 
-    def _on_range(self, x_range: Any = None, y_range: Any = None) -> None:
+    def _on_ranges_event(self, event: Any) -> None:
+        """Bokeh ``RangesUpdate`` (pan, zoom, reset in the browser)."""
+        self.set_ranges((event.x0, event.x1), (event.y0, event.y1))
+
+    def set_ranges(self, x_range: Any = None, y_range: Any = None) -> None:
+        """Show the coordinate ranges ``x_range``/``y_range`` (what a pan or zoom sends)."""
         if self.controller is None or x_range is None or y_range is None:
             return
         geom = self.geometry
@@ -322,8 +324,7 @@ class Explorer:
         self._build()
 
     def _on_cmap(self, change: Any) -> None:
-        frame = self.controller.frame if self.controller else None
-        self._pipe.send(frame)
+        self.color_mapper.palette = palette(change["new"])
 
     def _on_clim(self, change: Any) -> None:
         try:
@@ -346,11 +347,12 @@ class Explorer:
 
     def _paint(self, frame: Frame) -> None:
         """Show ``frame`` unless a newer one is already on screen (kernel thread)."""
-        with self._paint_lock:
+        with self._paint_lock:  # held for the whole paint (about 1 ms): newest always wins
             if frame.generation <= self._painted or self.controller is None:
                 return
+            self.image_source.data = self._image_data(frame)
+            self.figure.title.text = self._title(frame)
             self._painted = frame.generation
-        self._pipe.send(frame)
         self.painted_frames += 1
         (y0, y1), (x0, x1) = frame.request.region
         ny, nx = frame.image.shape
@@ -366,6 +368,10 @@ class Explorer:
         return self._painted
 
     # -- click -> profile ----------------------------------------------------------------------
+    def _on_tap_event(self, event: Any) -> None:
+        """Bokeh ``Tap`` on the image: the profile through the clicked pixel."""
+        self._on_tap(event.x, event.y)
+
     def _on_tap(self, x: Any = None, y: Any = None) -> None:
         if x is None or y is None or self.profile_dim is None:
             return
@@ -414,7 +420,8 @@ class Explorer:
 
     def _send_profile(self, gen: int, values: np.ndarray, title: str) -> None:
         if gen == self._profile_gen:
-            self._profile_pipe.send((np.arange(values.size), values, title))
+            self.profile_source.data = {"x": np.arange(values.size), "y": values}
+            self.profile_figure.title.text = title
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
@@ -426,6 +433,7 @@ class Explorer:
             self._profile_thread.join(2.0)
         if self.stats_panel is not None:
             self.stats_panel.close()
+        self.plot_widget.close()
         self.widget.close()
 
     def __enter__(self) -> Explorer:
@@ -444,9 +452,10 @@ class Explorer:
 def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
     """An :class:`Explorer` on a Dataset or DataArray (``ds.tse.explore()`` calls this)."""
     try:
-        import holoviews  # noqa: F401
+        import bokeh  # noqa: F401
+        import holoviews  # noqa: F401 - colormaps
         import ipywidgets  # noqa: F401
-        import panel  # noqa: F401
+        import jupyter_bokeh  # noqa: F401
     except ImportError as exc:
         from ..errors import missing_dependency
 

@@ -113,6 +113,8 @@ class StatsPanel:
         self.chunk_fig.image("image", "x", "y", "dw", "dh", source=self.chunk_source,
                              color_mapper=mapper)  # type: ignore[call-arg]
         self.figures = [*figs, self.chunk_fig]
+        for fig in self.figures:  # auto-ranged in the browser: keep those changes there
+            fig.x_range.syncable = fig.y_range.syncable = False
         return column(*self.figures)
 
     def tick(self) -> Any:
@@ -136,7 +138,7 @@ class StatsPanel:
         if ctl is not None and not ctl.closed:
             states, window = ctl.chunk_states()
             counts = np.bincount(states.ravel(), minlength=3)
-            title = f"chunks: {counts[2]} cached, {counts[1]} in flight, {counts[0]} not loaded"
+            title = f"{counts[2]} cached · {counts[1]} in flight · {counts[0]} not loaded"
             gy0, gy1, gx0, gx1 = window
             self.chunk_source.data = {"image": [states], "x": [gx0], "y": [gy0],
                                       "dw": [gx1 - gx0], "dh": [gy1 - gy0]}
