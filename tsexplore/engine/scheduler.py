@@ -90,7 +90,9 @@ class Engine:
         self._prefetched: set[ChunkKey] = set()
         self._closed = False
         self._io_threads = settings.io_threads
-        self._pool = cf.ThreadPoolExecutor(self._io_threads, thread_name_prefix="tsexplore-read")
+        self._pool = cf.ThreadPoolExecutor(
+            self._io_threads, thread_name_prefix="tsexplore-read", initializer=_lower_priority
+        )
         self._loop = asyncio.new_event_loop()
         self._loop.set_default_executor(self._pool)
         self._thread = threading.Thread(target=self._run_loop, name="tsexplore-io", daemon=True)
@@ -557,6 +559,20 @@ class Engine:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"<Engine {state} {self.cache!r}>"
+
+
+def _lower_priority() -> None:
+    """Run read/decode threads at a lower OS priority than the thread that waits for data.
+
+    Decoding is throughput work; the reader (a notebook, a training loop) is latency work.
+    On Linux the nice value is per thread; elsewhere this does nothing.
+    """
+    nice = int(os.environ.get("TSEXPLORE_READ_NICE", "5"))
+    if nice and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:  # pragma: no cover - not permitted: keep the default priority
+            pass
 
 
 def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list[np.ndarray]:
