@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class ChunkCache:
                 self._data.move_to_end(key)
             return value
 
-    def get_many(self, keys: list[Hashable]) -> list[np.ndarray | None]:
+    def get_many(self, keys: Sequence[Hashable]) -> list[np.ndarray | None]:
         """Look several keys up under one lock acquisition (None where absent)."""
         with self._lock:
             data = self._data

@@ -231,7 +231,7 @@ class Explorer:
         self.color_mapper = LinearColorMapper(palette=palette(self.cmap_picker.value), low=0, high=255)
         fig: Any = figure(
             title=self._title(None), frame_width=self.width, frame_height=self.height,
-            x_range=Range1d(left, right), y_range=Range1d(bottom, top),
+            x_range=Range1d(start=left, end=right), y_range=Range1d(start=bottom, end=top),
             x_axis_label=xlabel, y_axis_label=ylabel,
             tools="pan,wheel_zoom,box_zoom,reset,save", active_drag="pan", active_scroll="wheel_zoom",
         )
@@ -252,8 +252,9 @@ class Explorer:
         prof.line("x", "y", source=self.profile_source, line_width=2)
         prof.x_range.syncable = prof.y_range.syncable = False  # auto-ranged in the browser
         self.profile_figure = prof
-        if getattr(self, "plot_widget", None) is not None:
-            self.plot_widget.close()  # the previous variable's / dims' plot
+        previous: Any = getattr(self, "plot_widget", None)
+        if previous is not None:
+            previous.close()  # the previous variable's / dims' plot
         self.plot_widget = bokeh_widget(row(fig, prof))
         self.plot_box.children = [self.plot_widget]
 
