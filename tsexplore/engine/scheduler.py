@@ -297,10 +297,15 @@ class Engine:
 
     def speculative_cap(self, kind: str) -> int:
         """Prefetch reads allowed at once: leave CPU for what the user waits on."""
-        if kind == "async" or time.monotonic() < self._prefetch_behind_until:
+        if time.monotonic() < self._prefetch_behind_until:
             # the reader is catching up with the prefetch: read ahead at full speed
             return self.concurrency(kind)
-        return max(1, min(self._io_threads, (os.cpu_count() or 2) - 1))
+        spare = max(1, (os.cpu_count() or 2) - 1)
+        if kind == "async":
+            # a remote read waits on the network, then decodes: two at a time overlap the
+            # latency while about one core decodes
+            return max(2, spare)
+        return min(self._io_threads, spare)
 
     def _dispatch(self) -> None:
         kinds = ("sync", "async")
