@@ -53,7 +53,7 @@ def _chunks(
     chunks: Iterable[tuple[ChunkIndex, np.ndarray]] | None = None,
 ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
     if chunks is None:
-        chunks = get_engine().stream(source, plan.order(start, stop))
+        chunks = get_engine().stream(source, plan.order(start, stop), cache=False)  # one pass
     for index, chunk in chunks:
         if cancel is not None and cancel.is_set():
             raise ReductionCancelledError("the reduction was cancelled; no result was produced")

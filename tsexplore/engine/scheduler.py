@@ -65,6 +65,7 @@ class _Read:
     state: str = "queued"  # queued | running | done | cancelled
     task: asyncio.Task | None = None
     speculative_slot: bool = False  # holds one of the prefetch slots while running
+    keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
 
 
 class Engine:
@@ -173,8 +174,14 @@ class Engine:
         *,
         channel: str | None = None,
         generation: int | None = None,
+        cache: bool = True,
     ) -> list[np.ndarray | cf.Future]:
-        """Like :meth:`request`, but cached chunks come back as arrays (the fast path)."""
+        """Like :meth:`request`, but cached chunks come back as arrays (the fast path).
+
+        ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
+        kept (unless another request wants it kept), so a scan does not fill the cache with
+        chunks nobody reads again -- and reuses freed memory instead of faulting in new pages.
+        """
         if self._closed:
             raise EngineClosedError("the tsexplore engine is closed; call tse.open_dataset again")
         waiting = priority is not Priority.SPECULATIVE
@@ -199,6 +206,7 @@ class Engine:
                 for key in missing:
                     read = self._reads.get(key)
                     if read is not None and read.state in ("queued", "running"):
+                        read.keep = read.keep or cache
                         if read.priority is Priority.SPECULATIVE and priority is Priority.VISIBLE:
                             self._prefetch_behind_until = time.monotonic() + 2.0
                         if waiting:
@@ -212,6 +220,7 @@ class Engine:
                                 heapq.heappush(self._heap, (int(priority), next(self._seq), read))
                     else:
                         read = _Read(key, source, key[1], priority)
+                        read.keep = cache
                         self._reads[key] = read
                         heapq.heappush(self._heap, (int(priority), next(self._seq), read))
                         new_reads = True
@@ -375,7 +384,7 @@ class Engine:
         lat = self._latency[kind]
         self._latency[kind] = 0.8 * lat + 0.2 * elapsed
         self.stats.record_read(encoded, array.nbytes, elapsed)
-        kept = self.cache.put(read.key, array)
+        kept = self.cache.put(read.key, array) if read.keep else False
         if not kept:
             self._prefetched.discard(read.key)
         self._finish(read, kind, result=array)
@@ -448,12 +457,14 @@ class Engine:
         *,
         ahead: int | None = None,
         timeout: float | None = None,
+        cache: bool = True,
     ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
         """Yield ``(index, chunk)`` in ``order``, keeping up to ``ahead`` PLANNED reads in flight.
 
         ``ahead`` defaults to what keeps the I/O pipe full without letting in-flight chunks
         exceed a quarter of the cache budget. This is how reductions and loaders announce
-        their plan to the engine.
+        their plan to the engine. ``cache=False``: a one-pass scan; chunks read for it are not
+        kept in the cache (chunks already cached are still used).
         """
         self._check_caller()
         if self.in_worker_thread():
@@ -476,7 +487,12 @@ class Engine:
                     except StopIteration:
                         exhausted = True
                         break
-                    pending.append((index, self.request(source, [index], Priority.PLANNED)[0]))
+                    item = self.request_mixed(source, [index], Priority.PLANNED, cache=cache)[0]
+                    if not isinstance(item, cf.Future):
+                        done: cf.Future = cf.Future()
+                        done.set_result(item)
+                        item = done
+                    pending.append((index, item))
                 if not pending:
                     return
                 index, fut = pending.pop(0)
