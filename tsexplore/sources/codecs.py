@@ -6,6 +6,7 @@ optional crc32c checksum). A chain outside this set is decoded by zarr itself.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ class CodecChain:
         data: Any = buf
         if self.crc32c:
             data = _check_crc32c(buf, where)
-        out = np.empty(expected, dtype=np.uint8)
+        out = _buffer(expected)
         comp = self.compressor
         try:
             if comp is None:
@@ -172,3 +173,16 @@ def chain_from_zarr(metadata: Any) -> CodecChain | None:
     else:
         return None
     return CodecChain(comp, dtype, "C", crc)
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """A fresh, uninitialised output buffer for one decoded chunk.
+
+    Blocks of 4 MiB and more come from an anonymous ``mmap`` instead of ``np.empty``: NumPy
+    asks for transparent huge pages on such blocks (``madvise(MADV_HUGEPAGE)``), and under
+    the common ``defrag=madvise`` kernel setting the first touch of each may compact memory
+    synchronously, which costs more than decoding the chunk.
+    """
+    if nbytes >= 1 << 22:
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
+    return np.empty(nbytes, dtype=np.uint8)
