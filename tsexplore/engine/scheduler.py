@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -666,5 +666,3 @@ def set_cache_bytes(nbytes: int) -> None:
     if _engine is not None and not _engine.closed:
         _engine.cache.resize(int(nbytes))
 
-
-_ = Hashable  # re-exported type for annotations elsewhere

@@ -10,15 +10,12 @@ backends do not expose compressed sizes).
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import numpy as np
 
 from ..errors import SourceError
 from .base import ChunkIndex, SyncChunkSource, normalize_chunks
-
-_lock = threading.Lock()
 
 
 class NetCDFVariableSource(SyncChunkSource):
