@@ -34,3 +34,97 @@ def test_four_mib_chunks_read_back_exactly(tmp_path):
         np.testing.assert_array_equal(chunk, data[1:2])
         name = list(ds.data_vars)[0]
         xr.testing.assert_equal(ds[name].load().variable, xr.Variable(("t", "y", "x"), data))
+
+
+# -- the recycling pool (tsexplore.sources.buffers) ------------------------------------------
+def test_a_buffer_is_reused_only_when_no_view_of_it_is_left():
+    import gc
+
+    from tsexplore.sources import buffers
+
+    n = (1 << 20) + 4096  # a size no other test uses
+    first = buffers.empty(n)
+    first[:] = 1
+    view = first.view(np.float32)[10:20]
+    del first
+    gc.collect()
+    before = buffers.stats()["reused"]
+    second = buffers.empty(n)
+    assert buffers.stats()["reused"] == before  # the view still holds the first buffer
+    assert not np.shares_memory(second, view)
+    second[:] = 2
+    assert np.all(view.view(np.uint8) == 1)  # writing the new buffer did not touch the view
+    del view, second
+    gc.collect()
+    third = buffers.empty(n)
+    assert buffers.stats()["reused"] == before + 1  # now a free buffer of that size exists
+    assert third.nbytes == n and third.flags.writeable
+
+
+def test_the_pool_keeps_at_most_its_limit(monkeypatch):
+    import gc
+
+    from tsexplore.sources import buffers
+
+    monkeypatch.setattr(buffers, "pool_limit", lambda: 3 << 20)
+    buffers.clear()
+    arrays = [buffers.empty(1 << 20) for _ in range(8)]
+    del arrays
+    gc.collect()
+    assert buffers.stats()["free_bytes"] == 3 << 20
+    buffers.clear()
+    assert buffers.stats()["free_bytes"] == 0
+
+
+def test_reused_buffers_give_exact_values_when_chunks_are_not_cached(tmp_path):
+    """A one-pass scan recycles its decode buffers; every chunk must still be its own data."""
+    from tsexplore.sources import buffers
+
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((8, 256, 256)).astype("float32")  # 256 KiB chunks: pooled
+    path = tmp_path / "reuse.zarr"
+    arr = zarr.create_array(str(path), shape=data.shape, chunks=(1, 256, 256), dtype="float32",
+                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"),
+                            dimension_names=("t", "y", "x"))
+    arr[:] = data
+    ds = tse.open_dataset(str(path))
+    src = ds[list(ds.data_vars)[0]].tse.sources[0]
+    before = buffers.stats()["reused"]
+    sums = [float(chunk.sum(dtype=np.float64))
+            for _, chunk in tse.get_engine().stream(src, [(t, 0, 0) for t in range(8)], cache=False)]
+    np.testing.assert_allclose(sums, data.sum(axis=(1, 2), dtype=np.float64), rtol=1e-12)
+    assert buffers.stats()["reused"] > before
+
+
+# -- C-Blosc2 through ctypes (tsexplore.sources._cblosc2) -----------------------------------
+def test_cblosc2_decodes_every_blosc1_flavour_like_numcodecs():
+    from numcodecs import Blosc
+
+    from tsexplore.sources._cblosc2 import decoder
+
+    decode = decoder()
+    assert decode is not None, "the blosc2 wheel is a dependency; its library should load"
+    rng = np.random.default_rng(0)
+    for dtype in ("u1", "<i2", "<f4", "<f8"):
+        data = (rng.standard_normal(70_001) * 50).astype(dtype)
+        for cname in ("blosclz", "lz4", "lz4hc", "zlib", "zstd"):
+            for shuffle in (Blosc.NOSHUFFLE, Blosc.SHUFFLE, Blosc.BITSHUFFLE):
+                frame = Blosc(cname=cname, clevel=5, shuffle=shuffle).encode(data)
+                out = np.empty(data.nbytes, dtype=np.uint8)
+                assert decode(frame, out) == data.nbytes, (dtype, cname, shuffle)
+                np.testing.assert_array_equal(out.view(dtype), data)
+                assert decode(memoryview(frame), out) == data.nbytes  # any buffer works
+
+
+def test_cblosc2_refuses_a_corrupt_or_short_frame():
+    from numcodecs import Blosc
+
+    from tsexplore.sources._cblosc2 import decoder
+
+    decode = decoder()
+    assert decode is not None
+    data = np.arange(100_000, dtype=np.float32)
+    frame = bytearray(Blosc(cname="zstd", clevel=1, shuffle=Blosc.SHUFFLE).encode(data))
+    out = np.empty(data.nbytes, dtype=np.uint8)
+    assert decode(bytes(frame[: len(frame) // 2]), out) < 0  # truncated
+    assert decode(bytes(frame), np.empty(data.nbytes // 2, dtype=np.uint8)) < 0  # too small

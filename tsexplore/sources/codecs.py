@@ -1,12 +1,12 @@
 """Bounded chunk decoding: check the decoded size *before* allocating, name the chunk on error.
 
 Covers the codec chains that real stores use (blosc, zstd, gzip/zlib, lz4 and none, with an
-optional crc32c checksum). A chain outside this set is decoded by zarr itself.
+optional crc32c checksum). A chain outside this set is decoded by zarr itself. Blosc frames
+are decoded by C-Blosc2 when the ``blosc2`` wheel is installed (see :mod:`._cblosc2`).
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptChunkError
+from . import buffers
+from ._cblosc2 import decoder
 
 ZSTD_MAGIC = 0xFD2FB528
 
@@ -75,7 +77,11 @@ class CodecChain:
                         raise CorruptChunkError(
                             f"{where}: blosc header says {n} decoded bytes, expected {expected}"
                         )
-                    comp.decode(data, out=out)
+                    fast = decoder()
+                    if fast is None:
+                        comp.decode(data, out=out)
+                    elif fast(data, out) != expected:
+                        raise CorruptChunkError(f"{where}: blosc cannot decode the stored bytes")
                 elif cid == "zstd":
                     fcs = zstd_content_size(data)
                     if fcs is not None and fcs != expected:
@@ -176,13 +182,5 @@ def chain_from_zarr(metadata: Any) -> CodecChain | None:
 
 
 def _buffer(nbytes: int) -> np.ndarray:
-    """A fresh, uninitialised output buffer for one decoded chunk.
-
-    Blocks of 4 MiB and more come from an anonymous ``mmap`` instead of ``np.empty``: NumPy
-    asks for transparent huge pages on such blocks (``madvise(MADV_HUGEPAGE)``), and under
-    the common ``defrag=madvise`` kernel setting the first touch of each may compact memory
-    synchronously, which costs more than decoding the chunk.
-    """
-    if nbytes >= 1 << 22:
-        return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
-    return np.empty(nbytes, dtype=np.uint8)
+    """A fresh, uninitialised output buffer for one decoded chunk (see :mod:`.buffers`)."""
+    return buffers.empty(nbytes)

@@ -1,0 +1,126 @@
+"""Decode blosc chunks with C-Blosc2, called through ``ctypes`` so the GIL is released.
+
+C-Blosc2 reads the blosc1 frames that Zarr stores hold and decodes them markedly faster
+than the C-Blosc 1 bundled with numcodecs (on the zstd + shuffle chunks of the benchmark
+cube about 0.85 GB/s per core against 0.55). The ``blosc2`` wheel ships the shared library;
+it is loaded directly (importing the ``blosc2`` Python package costs about 0.4 s and its
+``decompress`` holds the GIL), with one decompression context per thread so that the
+engine's read threads decode in parallel.
+
+:func:`decoder` returns None when the library is missing or fails its self-test; callers
+then fall back to numcodecs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+DecodeFn = Callable[[object, np.ndarray], int]
+
+
+class _DParams(ctypes.Structure):
+    """``blosc2_dparams`` of C-Blosc2 2.x/3.x (passed by value to ``blosc2_create_dctx``)."""
+
+    _fields_ = [
+        ("nthreads", ctypes.c_int16),
+        ("schunk", ctypes.c_void_p),
+        ("postfilter", ctypes.c_void_p),
+        ("postparams", ctypes.c_void_p),
+        ("typesize", ctypes.c_int32),
+    ]
+
+
+_lock = threading.Lock()
+_loaded: DecodeFn | None = None
+_tried = False
+
+
+def _library_path() -> str | None:
+    spec = importlib.util.find_spec("blosc2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        found = sorted(glob.glob(os.path.join(folder, "lib", "libblosc2.so*")))
+        found += sorted(glob.glob(os.path.join(folder, "lib", "libblosc2*.dylib")))
+        if found:
+            return found[0]
+    return None
+
+
+def _load() -> DecodeFn | None:
+    path = _library_path()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(path)
+    lib.blosc2_init.restype = None
+    lib.blosc2_init.argtypes = []
+    lib.blosc2_create_dctx.restype = ctypes.c_void_p
+    lib.blosc2_create_dctx.argtypes = [_DParams]
+    lib.blosc2_decompress_ctx.restype = ctypes.c_int
+    lib.blosc2_decompress_ctx.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+    ]
+    lib.blosc2_init()
+    local = threading.local()
+    create = lib.blosc2_create_dctx
+    run = lib.blosc2_decompress_ctx
+
+    def decode(src: object, out: np.ndarray) -> int:
+        """Decode the blosc frame ``src`` into the contiguous ``out``; the decoded size or < 0."""
+        ctx = getattr(local, "ctx", None)
+        if ctx is None:
+            ctx = create(_DParams(1, None, None, None, 8))
+            if not ctx:
+                return -1
+            local.ctx = ctx  # one per thread, kept for the thread's life
+        view = np.frombuffer(src, dtype=np.uint8)  # type: ignore[call-overload]
+        if view.size >= 1 << 31 or out.nbytes >= 1 << 31:
+            return -1
+        return int(run(ctx, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
+
+    return decode if _self_test(decode) else None
+
+
+def _self_test(decode: DecodeFn) -> bool:
+    """Decode frames written by numcodecs' C-Blosc and compare with the original values."""
+    try:
+        from numcodecs import Blosc
+
+        data = (np.arange(50_000, dtype=np.float32) * 0.37).reshape(250, 200)
+        for cname, shuffle in (("zstd", Blosc.SHUFFLE), ("lz4", Blosc.BITSHUFFLE), ("blosclz", 0)):
+            frame = Blosc(cname=cname, clevel=3, shuffle=shuffle).encode(data)
+            out = np.empty(data.nbytes, dtype=np.uint8)
+            if decode(frame, out) != data.nbytes:
+                return False
+            if not np.array_equal(out.view(np.float32).reshape(data.shape), data):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: do not use this library
+        return False
+
+
+def decoder() -> DecodeFn | None:
+    """The C-Blosc2 decode function, or None (not installed, or its self-test failed)."""
+    global _loaded, _tried
+    if _tried:
+        return _loaded
+    with _lock:
+        if not _tried:
+            if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0":
+                try:
+                    _loaded = _load()
+                except OSError:
+                    _loaded = None
+            _tried = True
+    return _loaded
