@@ -216,3 +216,31 @@ def test_batches_import_neither_torch_nor_tensorflow(small_cube):
         "tse.close()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_one_pass_does_not_fill_the_cache_but_later_epochs_are_served_from_it(small_cube, truth):
+    """Default policy: cache decoded chunks only when a later epoch will read them again."""
+    window = {"time": 8, "y": 32, "x": 32}
+    ds = tse.open_dataset(small_cube, cache_bytes=64 << 20)  # the cube (2 MB) fits easily
+    single = tse.batches(ds["temp"], sample=window, batch_size=16, return_index=True)
+    assert single.cache is False
+    before = tse.stats()
+    items = collect(single)
+    delta = tse.stats() - before
+    check_windows(items[:20], truth, (8, 32, 32))
+    assert delta.reads == 16  # 16 chunks read...
+    assert tse.stats().cache_bytes == before.cache_bytes  # ...and none kept
+
+    ds = tse.open_dataset(small_cube)  # a new cache token: starts cold
+    two = tse.batches(ds["temp"], sample=window, batch_size=16, epochs=2, return_index=True)
+    assert two.cache is True
+    before = tse.stats()
+    items = collect(two)
+    delta = tse.stats() - before
+    assert len(items) == 2 * two.n_windows
+    check_windows(items, truth, (8, 32, 32))
+    assert delta.reads == 16  # the second epoch decoded nothing: every chunk came from the cache
+    assert two.stats.chunk_hits == 16
+
+    forced = tse.batches(ds["temp"], sample=window, batch_size=16, cache=False)
+    assert forced.cache is False

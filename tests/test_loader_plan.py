@@ -108,3 +108,27 @@ def test_bad_grids_are_refused():
         WindowGrid((10, 10), (2,), (1,), (5,))
     with pytest.raises(ConfigError, match="buffer_chunks"):
         epoch_plan(WindowGrid((10,), (2,), (2,), (5,)), buffer=0)
+
+
+def test_blocks_share_chunks_only_when_windows_cross_chunk_boundaries():
+    from tsexplore.loader.plan import WindowGrid
+
+    tiles = WindowGrid((32, 128), (8, 32), (8, 32), (8, 64))
+    assert not tiles.blocks_share_chunks()  # every window inside one chunk
+    half = WindowGrid((32, 128), (8, 32), (8, 16), (8, 64))
+    assert half.blocks_share_chunks()  # x windows at 48 reach into the next chunk
+    shifted = WindowGrid((32, 120), (8, 32), (8, 32), (8, 64), origin=(0, 8))
+    assert shifted.blocks_share_chunks()  # an offset view: windows straddle stored chunks
+    # brute force on a few random grids: a chunk is shared iff two blocks' regions touch it
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        n, c = int(rng.integers(8, 40)), int(rng.integers(2, 10))
+        w = int(rng.integers(1, n + 1))
+        s, o = int(rng.integers(1, 8)), int(rng.integers(0, c))
+        g = WindowGrid((n,), (w,), (s,), (c,), (o,))
+        owners: dict[int, set[int]] = {}
+        for b in range(g.n_blocks):
+            (sl,) = g.block_region(b)
+            for cell in range(sl.start, sl.stop):
+                owners.setdefault((o + cell) // c, set()).add(b)
+        assert g.blocks_share_chunks() == any(len(v) > 1 for v in owners.values()), (n, c, w, s, o)

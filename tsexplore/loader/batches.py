@@ -118,6 +118,7 @@ class Batches:
         squeeze: bool,
         return_index: bool,
         timeout: float | None,
+        cache: bool | None = None,
     ) -> None:
         primary = variables[0]
         self.dims = primary.dims
@@ -171,6 +172,11 @@ class Batches:
         self.buffer_chunks = int(buffer_chunks)
         io = config.get().io_threads
         self.ahead = int(max(2, min(2 * io, budget // 4 // self.block_bytes)))
+        data_bytes = sum(int(np.prod(v.shape, dtype=np.int64)) * v.dtype.itemsize for v in variables)
+        if cache is None:  # keep decoded chunks only when something will read them again:
+            # a block whose windows reach into a neighbour's chunk, or a later epoch
+            cache = self.grid.blocks_share_chunks() or (self.epochs > 1 and data_bytes <= budget // 2)
+        self.cache = bool(cache)
         self.stats = LoaderStats()
 
     # -- sizes -------------------------------------------------------------------------------
@@ -272,7 +278,7 @@ class Batches:
             while loaded < len(read_order) and first_use[read_order[loaded]] < b1:
                 while issued < len(read_order) and issued < loaded + self.ahead:
                     p = read_order[issued]
-                    pending[p] = [v.request(engine, regions[p]) for v in self.variables]
+                    pending[p] = [v.request(engine, regions[p], self.cache) for v in self.variables]
                     stats.chunk_requests += sum(len(r.futures) for r in pending[p])
                     stats.chunk_hits += sum(r.hits for r in pending[p])
                     issued += 1
@@ -369,6 +375,7 @@ def batches(
     squeeze: bool = False,
     return_index: bool = False,
     timeout: float | None = None,
+    cache: bool | None = None,
 ) -> Batches:
     """Shuffled batches of windows of ``obj`` (a DataArray, a Dataset or an array).
 
@@ -382,6 +389,11 @@ def batches(
     ``buffer_chunks`` is how many decoded blocks (about a chunk each) are mixed at once; by
     default as many as fit in a quarter of the cache budget, at most 64. ``squeeze=True``
     drops sample dims of length 1. ``backend="cupy"`` returns CuPy arrays on the GPU.
+    ``cache``: keep the decoded chunks in the engine's cache. The default (None) does so
+    when windows cross chunk boundaries (neighbouring blocks share chunks) or when
+    ``epochs > 1`` and the data fit in half the cache budget; otherwise a pass streams
+    through reused memory, like ``tse.reduce``. Pass ``cache=True`` when you will iterate
+    several times over data that fit in memory.
     ``.torch()`` and ``.tf()`` adapt the result to PyTorch and TensorFlow.
     """
     if backend not in BACKENDS:
@@ -416,4 +428,5 @@ def batches(
         squeeze=squeeze,
         return_index=return_index,
         timeout=timeout,
+        cache=cache,
     )

@@ -135,6 +135,16 @@ class WindowGrid:
             out.append(slice(first * s, last * s + w))
         return tuple(out)
 
+    def blocks_share_chunks(self) -> bool:
+        """Whether some stored chunk is needed by more than one block (windows cross chunks)."""
+        for r, w, s, c, o in zip(self.block_runs, self.window, self.stride, self.chunks, self.origin):
+            first = o + r[:-1] * s  # stored cell where each block's region starts ...
+            last = o + (r[1:] - 1) * s + w - 1  # ... and its last cell
+            # blocks are ordered along the axis, so it is enough to compare neighbours
+            if np.any(last[:-1] // c >= first[1:] // c):
+                return True
+        return False
+
     def block_nbytes(self, itemsize: int) -> int:
         """Bytes of the largest block region (an upper bound for buffer sizing)."""
         longest = []

@@ -62,13 +62,30 @@ class LoaderVariable:
                 key.append(slice(value + sl.start, value + sl.stop))
         return tuple(key)
 
-    def request(self, engine: Engine, region: tuple[slice, ...]) -> PendingRegion | DeferredRegion:
-        """Ask the engine for the chunks of ``region`` (PLANNED: the loader's known future)."""
+    def request(
+        self, engine: Engine, region: tuple[slice, ...], cache: bool = True
+    ) -> PendingRegion | DeferredRegion:
+        """Ask the engine for the chunks of ``region`` (PLANNED: the loader's known future).
+
+        ``cache=False``: chunks read for this region are not kept in the cache (one pass).
+        """
         if self.lazy is not None:
             return DeferredRegion(self.lazy, self.source_key(region), self.dtype)
         plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
-        futures = engine.request(self.source, list(plan.chunk_indices()), Priority.PLANNED)
-        return PendingRegion(plan, futures, self.dtype, sum(f.done() for f in futures))
+        items = engine.request_mixed(
+            self.source, list(plan.chunk_indices()), Priority.PLANNED, cache=cache
+        )
+        futures: list[cf.Future] = []
+        hits = 0
+        for item in items:
+            if isinstance(item, cf.Future):
+                futures.append(item)
+                continue
+            done: cf.Future = cf.Future()
+            done.set_result(item)
+            futures.append(done)
+            hits += 1
+        return PendingRegion(plan, futures, self.dtype, hits)
 
 
 @dataclass
