@@ -91,7 +91,8 @@ def test_reused_buffers_give_exact_values_when_chunks_are_not_cached(tmp_path):
     src = ds[list(ds.data_vars)[0]].tse.sources[0]
     before = buffers.stats()["reused"]
     sums = [float(chunk.sum(dtype=np.float64))
-            for _, chunk in tse.get_engine().stream(src, [(t, 0, 0) for t in range(8)], cache=False)]
+            for _, chunk in tse.get_engine().stream(src, [(t, 0, 0) for t in range(8)], ahead=2,
+                                                    cache=False)]
     np.testing.assert_allclose(sums, data.sum(axis=(1, 2), dtype=np.float64), rtol=1e-12)
     assert buffers.stats()["reused"] > before
 

@@ -27,7 +27,7 @@ import numpy as np
 MIN_POOLED = 1 << 18
 _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
 _free: dict[int, list[mmap.mmap]] = defaultdict(list)
 _free_bytes = 0
 _counters = {"reused": 0, "mapped": 0, "returned": 0, "unmapped": 0}
@@ -41,15 +41,17 @@ def pool_limit() -> int:
 
 
 def _give_back(m: mmap.mmap, nbytes: int) -> None:
+    """Finalizer of a root array. It runs while the array is being deallocated, which still
+    holds its buffer export, so the mapping cannot be closed here: beyond the pool's limit it
+    is dropped and unmapped when the export goes."""
     global _free_bytes
     with _lock:
         if _free_bytes + nbytes <= pool_limit():
             _free[nbytes].append(m)
             _free_bytes += nbytes
             _counters["returned"] += 1
-            return
-        _counters["unmapped"] += 1
-    m.close()
+        else:
+            _counters["unmapped"] += 1
 
 
 def empty(nbytes: int) -> np.ndarray:
@@ -86,5 +88,4 @@ def clear() -> None:
         held = [m for stack in _free.values() for m in stack]
         _free.clear()
         _free_bytes = 0
-    for m in held:
-        m.close()
+    del held  # unmapped as the last references go
