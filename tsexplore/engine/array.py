@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 import weakref
 from typing import Any
@@ -45,14 +46,18 @@ def read_selection(
     if engine.in_worker_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
     items = engine.request_mixed(source, indices, priority, channel=channel, generation=generation)
-    if observe and priority is Priority.VISIBLE:
-        engine.prefetcher.observe(source, plan)
-    return assemble(plan, items, source.dtype, timeout)
+    observe = observe and priority is Priority.VISIBLE
+    if observe and any(isinstance(item, cf.Future) for item in items):
+        engine.prefetcher.observe(source, plan)  # plan ahead while this read is waited for
+        observe = False
+    out = assemble(plan, items, source.dtype, timeout)
+    if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
+        engine.call_soon(engine.prefetcher.observe, source, plan)
+    return out
 
 
 def assemble(plan: SelectionPlan, items: list, dtype: np.dtype, timeout: float | None) -> np.ndarray:
     """Copy each chunk's piece into the output (cached arrays first, then reads as they end)."""
-    import concurrent.futures as cf
     import itertools
 
     out = np.empty(plan.block_shape, dtype=dtype)

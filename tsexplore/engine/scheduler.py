@@ -22,9 +22,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -127,6 +128,18 @@ class Engine:
         except cf.TimeoutError:
             fut.cancel()
             raise ReadTimeoutError(f"operation did not finish within {timeout} s") from None
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the engine's I/O thread (work the caller need not wait for).
+
+        An exception there is reported by asyncio's handler (the ``asyncio`` logger).
+        """
+        if self._closed:
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed meanwhile: nothing left to plan for
+            pass
 
     def _check_caller(self) -> None:
         if self._closed:

@@ -5,9 +5,11 @@ page is a fault, and under virtualisation each fault can cost microseconds (meas
 about 4 ms to first touch 4 MiB, more than decoding it). So decoded chunks of 256 KiB and
 more are written into buffers that are recycled once the last array viewing them is gone:
 
-- a new buffer is an anonymous ``mmap`` mapped with ``MAP_POPULATE`` (one system call
-  instead of one fault per page; and no ``MADV_HUGEPAGE``, which NumPy asks for on large
-  blocks and which can make the kernel compact memory on first touch);
+- a new buffer is a plain anonymous ``mmap`` (no ``MADV_HUGEPAGE``, which NumPy asks for
+  on large blocks and which can make the kernel compact memory on first touch). It is not
+  pre-populated: ``MAP_POPULATE`` halves the cost of the first touch but holds the
+  process's memory map lock for the whole population, which stalled the reader thread's
+  own allocations (play p95 +0.7 ms, scrub -6 %);
 - a ``weakref.finalize`` on the root array returns the mapping to a free list keyed by its
   size when the array (and every view of it, which keep it alive) is garbage;
 - the free list holds at most :func:`pool_limit` bytes; beyond that mappings are unmapped.
@@ -25,7 +27,7 @@ from collections import defaultdict
 import numpy as np
 
 MIN_POOLED = 1 << 18
-_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
 _lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
 _free: dict[int, list[mmap.mmap]] = defaultdict(list)
