@@ -37,25 +37,30 @@ NOTEBOOK = [
     "ex = ds.tse.explore(width={px}, height={px}, stats=False)\n"
     "ex",
 ]
+# Timing in the page without disturbing it: one listener on the plot title's ``text``
+# property (set once by ARM) instead of polling every animation frame; polling forced a
+# full frame (style, layout, commit) every 16 ms while the kernel's patch was in flight.
+# A move ends at the second animation frame after the title changed: the first is the frame
+# that paints the patch (image and title arrive in one patch), the second comes after it.
 TIMED_MOVE = """(want) => new Promise((resolve) => {
   const t0 = window.__tse_t0;
-  const deadline = performance.now() + 20000;
-  const titles = () => [...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models])
-      .filter(m => m.type === 'Title').map(m => m.text);
-  const check = () => {
-    if (titles().some(t => t.startsWith(want))) {
-      requestAnimationFrame(() => resolve(performance.now() - t0));
-    } else if (performance.now() > deadline) {
-      resolve(-1);
-    } else {
-      requestAnimationFrame(check);
-    }
+  const finish = () => requestAnimationFrame(() => requestAnimationFrame(
+      () => resolve(performance.now() - t0)));
+  if (window.__tse_title.text.startsWith(want)) { finish(); return; }
+  const timer = setTimeout(() => { window.__tse_waiter = null; resolve(-1); }, 20000);
+  window.__tse_waiter = (text) => {
+    if (text.startsWith(want)) { clearTimeout(timer); window.__tse_waiter = null; finish(); }
   };
-  check();
 })"""
 ARM = """() => {
   const h = document.querySelector('.widget-slider .noUi-handle');
   if (!h.__tse) { h.addEventListener('keydown', () => { window.__tse_t0 = performance.now(); }, true); h.__tse = 1; }
+  const title = [...window.Bokeh.documents].flatMap(d => [...d.all_models])
+      .find(m => m.type === 'Title' && m.text.startsWith('temp · '));
+  if (window.__tse_title !== title) {
+    window.__tse_title = title;
+    title.properties.text.change.connect(() => { if (window.__tse_waiter) window.__tse_waiter(title.text); });
+  }
 }"""
 
 

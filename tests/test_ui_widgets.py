@@ -191,3 +191,47 @@ def test_standalone_stats_panel_maps_the_newest_explorers_plane(cube):
         states = panel.chunk_source.data["image"][0]
         assert states.shape == (2, 2) and (states == 2).all()
         assert panel.chunk_counts.tolist() == [0, 0, 4]
+
+
+def test_bokeh_widget_batch_sends_one_patch_for_several_changes():
+    """Image and title changes inside ``batch()`` reach the browser as one PATCH-DOC."""
+    import json
+
+    from bokeh.models import ColumnDataSource
+    from bokeh.plotting import figure
+
+    from tsexplore.ui._kernel import bokeh_widget
+
+    src = ColumnDataSource({"image": [np.zeros((2, 2), np.uint8)]})
+    fig = figure(title="a")
+    fig.image("image", x=0, y=0, dw=1, dh=1, source=src)
+    widget = bokeh_widget(fig)
+    sent = []
+    widget.send = lambda content, buffers=None: sent.append((content, buffers))
+
+    def patches():
+        out = []
+        for content, _ in sent:
+            payload = content.get("payload")
+            if payload and '"msgtype"' in payload and json.loads(payload).get("msgtype") == "PATCH-DOC":
+                out.append(json.loads(payload))
+        return out
+
+    def events():  # the content parts: one per patch, listing that patch's events
+        return [json.loads(c["payload"])["events"] for c, _ in sent
+                if c.get("payload") and '"events"' in c["payload"]]
+
+    src.data = {"image": [np.ones((2, 2), np.uint8)]}
+    fig.title.text = "b"
+    assert len(patches()) == 2  # without batching: one patch per change
+    sent.clear()
+    with widget.batch():
+        src.data = {"image": [np.full((2, 2), 7, np.uint8)]}
+        fig.title.text = "c"
+        assert sent == []  # nothing leaves before the block ends
+    assert len(patches()) == 1
+    (evs,) = events()
+    assert sorted(e["kind"] for e in evs) == ["ColumnDataChanged", "ModelChanged"]
+    assert [e["new"] for e in evs if e["kind"] == "ModelChanged"] == ["c"]
+    assert any(b for _, b in sent)  # the image went as a binary buffer
+    widget.close()

@@ -8,9 +8,10 @@ thread when there is no kernel, e.g. in headless tests).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -98,13 +99,52 @@ def _bokeh_model_class() -> Any:
 
     class TseBokehModel(BokehModel):  # type: ignore[misc]
         """jupyter_bokeh's widget with an idempotent ``close()`` (its own raises KeyError
-        from ``__del__`` once it was closed explicitly)."""
+        from ``__del__`` once it was closed explicitly) and :meth:`batch`, which sends the
+        changes made inside it as one document patch (jupyter_bokeh sends one per change, and
+        the browser then lays out and paints the plot once per patch)."""
+
+        _tse_held: list[Any] | None = None
 
         def close(self) -> None:
             if getattr(self, "_tse_closed", False):
                 return
             self._tse_closed = True
             super().close()
+
+        def _document_patched(self, event: Any) -> None:
+            if event.setter is self:
+                return
+            if self._tse_held is not None:
+                self._tse_held.append(event)
+                return
+            self._send_patch([event])
+
+        def _send_patch(self, events: list[Any]) -> None:
+            import json
+
+            from bokeh.protocol import Protocol
+
+            msg = Protocol().create("PATCH-DOC", events)
+            self.send({"msg": "patch", "payload": msg.header_json})
+            self.send({"msg": "patch", "payload": msg.metadata_json})
+            self.send({"msg": "patch", "payload": msg.content_json})
+            for buffer in msg.buffers:
+                self.send({"msg": "patch", "payload": json.dumps(buffer.ref)})
+                self.send({"msg": "patch"}, [buffer.to_bytes()])
+
+        @contextlib.contextmanager
+        def batch(self) -> Iterator[None]:
+            """Changes to the bokeh document inside this block go out as one patch."""
+            if self._tse_held is not None:  # nested: the outer block sends
+                yield
+                return
+            self._tse_held = []
+            try:
+                yield
+            finally:
+                events, self._tse_held = self._tse_held, None
+                if events:
+                    self._send_patch(events)
 
     return TseBokehModel
 

@@ -12,6 +12,7 @@ Frames arrive on the controller's view thread and are painted on the kernel's IO
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -31,6 +32,8 @@ from ._kernel import Dispatcher, bokeh_widget
 
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_COLOUR = "#d9d9d9"
+#: seconds the status line waits after a paint (each update re-lays out the notebook)
+INFO_DELAY = 0.25
 
 
 def palette(name: str) -> list[str]:
@@ -98,6 +101,8 @@ class Explorer:
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._painted = -1
+        self._info_pending = False
+        self._info_frame: Frame | None = None
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
         self._profile_gen = 0
@@ -351,10 +356,25 @@ class Explorer:
         with self._paint_lock:  # held for the whole paint (about 1 ms): newest always wins
             if frame.generation <= self._painted or self.controller is None:
                 return
-            self.image_source.data = self._image_data(frame)
-            self.figure.title.text = self._title(frame)
+            batch = getattr(self.plot_widget, "batch", contextlib.nullcontext)
+            with batch():  # image and title in one patch: the browser paints once
+                self.image_source.data = self._image_data(frame)
+                self.figure.title.text = self._title(frame)
             self._painted = frame.generation
         self.painted_frames += 1
+        self._info_frame = frame
+        if self.dispatch.loop is None:
+            self._show_info()
+        elif not self._info_pending:  # the text line waits until the slider rests
+            self._info_pending = True
+            self.dispatch.loop.call_later(INFO_DELAY, self._show_info)
+
+    def _show_info(self) -> None:
+        """The status line under the plot for the last painted frame (kernel thread)."""
+        self._info_pending = False
+        frame = self._info_frame
+        if frame is None or frame.generation != self._painted:
+            return
         (y0, y1), (x0, x1) = frame.request.region
         ny, nx = frame.image.shape
         lo, hi = frame.clim
