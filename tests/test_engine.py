@@ -601,3 +601,33 @@ def test_opening_a_petabyte_array_is_instant_and_small() -> None:
     np.testing.assert_array_equal(
         result["corner"], src.evaluate((slice(12345, 12346), slice(0, 3), slice(0, 3)))[0]
     )
+
+
+def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
+    """A chunk read ahead (SPECULATIVE) stays cached for a keeping reader, but a one-pass
+    reader (cache=False) takes it: whether it arrives before or after the read ends."""
+    inner = SyntheticSource((6, 8), (1, 8), "float32")
+    src = CountingSource(LatencySource(inner, 0.2))
+    eng = get_engine()
+    key = lambda i: eng.key(src, (i, 0))  # noqa: E731
+    eng.request(src, [(i, 0) for i in range(4)], Priority.SPECULATIVE)
+    # 0: a one-pass reader joins the read in flight; the prefetcher asking again changes nothing
+    (f0,) = eng.request_mixed(src, [(0, 0)], Priority.PLANNED, cache=False)
+    eng.request(src, [(0, 0)], Priority.SPECULATIVE)
+    np.testing.assert_array_equal(f0.result(5), region(inner, (0, 0)))
+    # 1: a keeping reader joins: the chunk stays
+    (f1,) = eng.request(src, [(1, 0)], Priority.PLANNED)  # in flight or already cached
+    f1.result(5)
+    eng.request(src, [(3, 0)])[0].result(5)  # a keeping (VISIBLE) reader joins 3
+    deadline = time.monotonic() + 5
+    while key(2) not in eng.cache and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # 2: read ahead and finished; a one-pass reader takes it out of the cache
+    (v2,) = eng.request_mixed(src, [(2, 0)], Priority.PLANNED, cache=False)
+    np.testing.assert_array_equal(v2, region(inner, (2, 0)))
+    assert key(0) not in eng.cache and key(2) not in eng.cache
+    assert key(1) in eng.cache and key(3) in eng.cache  # kept: a keeping reader wanted them
+    assert src.reads == 4  # nothing was read twice
+    # a cached chunk that was not read ahead for anyone stays, also for a one-pass reader
+    (v3,) = eng.request_mixed(src, [(3, 0)], Priority.PLANNED, cache=False)
+    assert key(3) in eng.cache and v3 is not None

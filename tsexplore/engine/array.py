@@ -30,9 +30,17 @@ def read_selection(
     channel: str | None = None,
     generation: int | None = None,
     timeout: float | None = None,
-    observe: bool = True,
+    observe: bool | None = None,
+    copy: bool = True,
+    cache: bool = True,
 ) -> np.ndarray:
-    """Read an orthogonal selection of ``source`` through the engine (cache, prefetch, stats)."""
+    """Read an orthogonal selection of ``source`` through the engine (cache, prefetch, stats).
+
+    ``observe``: show the read to the prefetcher (default: VISIBLE reads only).
+    ``copy=False``: a selection inside one chunk comes back as a read-only view of the
+    cached chunk instead of a copy. ``cache=False``: a one-pass read; chunks read for it
+    (or read ahead for it by the prefetcher) are not kept in the cache.
+    """
     plan = plan_selection(key, source.shape, source.chunks)
     nbytes = math.prod(plan.block_shape) * source.dtype.itemsize
     if nbytes > config.total_ram() // 2:
@@ -45,14 +53,22 @@ def read_selection(
     indices = list(plan.chunk_indices())
     if engine.in_worker_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
-    items = engine.request_mixed(source, indices, priority, channel=channel, generation=generation)
-    observe = observe and priority is Priority.VISIBLE
+    items = engine.request_mixed(
+        source, indices, priority, channel=channel, generation=generation, cache=cache
+    )
+    observe = priority is Priority.VISIBLE if observe is None else observe
     if observe and any(isinstance(item, cf.Future) for item in items):
-        engine.prefetcher.observe(source, plan)  # plan ahead while this read is waited for
+        engine.prefetcher.observe(source, plan, not cache)  # plan ahead while this read waits
         observe = False
-    out = assemble(plan, items, source.dtype, timeout)
+    if not copy and len(items) == 1:
+        item = items[0]
+        chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
+        local = tuple(d.pieces[0][1] for d in plan.dims)
+        out = finish(take_piece(chunk, local), plan)
+    else:
+        out = assemble(plan, items, source.dtype, timeout)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
-        engine.call_soon(engine.prefetcher.observe, source, plan)
+        engine.call_soon(engine.prefetcher.observe, source, plan, not cache)
     return out
 
 
@@ -169,7 +185,12 @@ class _DaskAdapter:
         self.ndim = len(self.shape)
 
     def __getitem__(self, key: tuple[Any, ...]) -> np.ndarray:
-        return read_selection(self.source, key, Priority.PLANNED, observe=False)
+        # tasks see read-only views of chunks (no copy); their order teaches the prefetcher
+        # which chunks the next tasks will want; a dask graph reads each chunk once, so what
+        # it reads is not kept (chunks already cached are used)
+        return read_selection(
+            self.source, key, Priority.PLANNED, observe=True, copy=False, cache=False
+        )
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (_DaskAdapter, (self.source,))

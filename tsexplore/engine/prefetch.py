@@ -116,8 +116,14 @@ class Prefetcher:
         self._generation = itertools.count()
         self.last_policy: dict[str, str] = {}
 
-    def observe(self, source: ChunkSource, plan: SelectionPlan) -> list[ChunkIndex]:
-        """Record a VISIBLE read and queue what the access pattern predicts; returns it."""
+    def observe(
+        self, source: ChunkSource, plan: SelectionPlan, one_pass: bool = False
+    ) -> list[ChunkIndex]:
+        """Record a read and queue what the access pattern predicts; returns it.
+
+        ``one_pass``: the reader reads each chunk once (dask tasks), so chunks that one-pass
+        readers already took are not read ahead again.
+        """
         policy = getattr(source, "prefetch", "auto")
         if policy in ("off", None, False) or not plan.dims or any(not d.pieces for d in plan.dims):
             return []
@@ -155,7 +161,11 @@ class Prefetcher:
             return []
         cache = engine.cache
         room = max(0, cache.headroom // 2) // per_chunk
-        todo = [t for t in targets if engine.key(source, t) not in cache][:room]
+        todo = [
+            t for t in targets
+            if (key := engine.key(source, t)) not in cache
+            and not (one_pass and engine.recently_consumed(key))
+        ][:room]
         if not todo:
             return []
         with self._lock:

@@ -14,6 +14,7 @@ read takes longer, up to 64.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import heapq
 import itertools
@@ -52,6 +53,8 @@ class Priority(IntEnum):
 
 
 ChunkKey = tuple[str, ChunkIndex]
+#: chunks taken by one-pass readers that the prefetcher remembers not to read again
+CONSUMED_MEMORY = 4096
 
 
 @dataclass(eq=False)
@@ -67,6 +70,7 @@ class _Read:
     task: asyncio.Task | None = None
     speculative_slot: bool = False  # holds one of the prefetch slots while running
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
+    prefetch_only: bool = False  # only the prefetcher wants it kept so far
 
 
 class Engine:
@@ -90,6 +94,7 @@ class Engine:
         self._prefetch_behind_until = 0.0
         self._latency = {"sync": 0.005, "async": 0.005}
         self._prefetched: set[ChunkKey] = set()
+        self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self._closed = False
         self._io_threads = settings.io_threads
         self._pool = cf.ThreadPoolExecutor(
@@ -219,8 +224,13 @@ class Engine:
                 for key in missing:
                     read = self._reads.get(key)
                     if read is not None and read.state in ("queued", "running"):
-                        read.keep = read.keep or cache
-                        if read.priority is Priority.SPECULATIVE and priority is Priority.VISIBLE:
+                        if not waiting:
+                            pass  # the prefetcher asking again changes nothing
+                        elif cache:
+                            read.keep, read.prefetch_only = True, False
+                        elif read.prefetch_only:
+                            read.keep = False  # read ahead for this one-pass reader only
+                        if read.priority is Priority.SPECULATIVE and waiting:
                             self._prefetch_behind_until = time.monotonic() + 2.0
                         if waiting:
                             joined += 1
@@ -234,6 +244,7 @@ class Engine:
                     else:
                         read = _Read(key, source, key[1], priority)
                         read.keep = cache
+                        read.prefetch_only = priority is Priority.SPECULATIVE
                         self._reads[key] = read
                         heapq.heappush(self._heap, (int(priority), next(self._seq), read))
                         new_reads = True
@@ -248,6 +259,7 @@ class Engine:
                     elif waiting:
                         read.anonymous += 1
                     reads[key] = read
+        consumed = []
         for key, value in zip(keys, found):
             if value is not None:
                 out.append(value)
@@ -256,8 +268,14 @@ class Engine:
                     if self._prefetched and key in self._prefetched:
                         self._prefetched.discard(key)
                         used += 1
+                        if not cache:
+                            consumed.append(key)
             else:
                 out.append(reads[key].future)
+        if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
+            self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
+        if waiting and not cache:  # a one-pass reader will not ask again: do not read ahead
+            self._note_consumed(keys)
         for name, n in (
             ("hits", hits), ("misses", misses), ("joined", joined),
             ("prefetch_reads", prefetch), ("prefetch_used", used),
@@ -267,6 +285,19 @@ class Engine:
         if new_reads or joined:
             self._loop.call_soon_threadsafe(self._dispatch)
         return out
+
+    def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
+        """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
+        with self._lock:
+            for key in keys:
+                self._consumed[key] = None
+                self._consumed.move_to_end(key)
+            while len(self._consumed) > CONSUMED_MEMORY:
+                self._consumed.popitem(last=False)
+
+    def recently_consumed(self, key: ChunkKey) -> bool:
+        """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
+        return key in self._consumed
 
     def _cancel_older_locked(self, channel: str, generation: int) -> None:
         cancelled = 0

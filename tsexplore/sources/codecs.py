@@ -55,7 +55,7 @@ class CodecChain:
     order: str = "C"
     crc32c: bool = False
 
-    def decode(self, buf: bytes, chunk_shape: tuple[int, ...], where: str) -> np.ndarray:
+    def decode(self, buf: bytes | memoryview, chunk_shape: tuple[int, ...], where: str) -> np.ndarray:
         expected = int(np.prod(chunk_shape)) * self.dtype.itemsize
         data: Any = buf
         if self.crc32c:
@@ -119,7 +119,7 @@ class CodecChain:
         return arr
 
 
-def _check_crc32c(buf: bytes, where: str) -> memoryview:
+def _check_crc32c(buf: bytes | memoryview, where: str) -> memoryview:
     from numcodecs import CRC32C
 
     if len(buf) < 4:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 import uuid
 from typing import Any
 
@@ -138,7 +139,7 @@ class ZarrSource(ChunkSource):
             return arr, len(buf)
         return await loop.run_in_executor(None, self._read_local, index)
 
-    def _decode(self, buf: bytes, index: ChunkIndex) -> np.ndarray:
+    def _decode(self, buf: bytes | memoryview, index: ChunkIndex) -> np.ndarray:
         assert self._chain is not None
         try:
             arr = self._chain.decode(buf, self.chunks, self._where(index))
@@ -155,8 +156,8 @@ class ZarrSource(ChunkSource):
         key = self.chunk_key(index)
         if self.protocol == "file":
             try:
-                with open(os.path.join(self._local_root, key), "rb") as f:
-                    buf = f.read()
+                with open(os.path.join(self._local_root, key), "rb", buffering=0) as f:
+                    buf = _read_into_scratch(f)  # valid until this thread's next read
             except FileNotFoundError:
                 raise self._missing(index) from None
         else:  # memory:// and other synchronous fsspec filesystems
@@ -336,3 +337,32 @@ def open_zarr_group(
             continue
         sources[name] = ZarrSource(arr, base, name, dims, storage_options, missing)
     return sources, coords, attrs
+
+
+_scratch = threading.local()
+
+
+def _read_into_scratch(f: Any) -> memoryview:
+    """Read the whole file ``f`` into this thread's reusable buffer (the decoders copy out).
+
+    A new ``bytes`` per chunk is fresh memory each time for chunks of a megabyte or more;
+    first touches of fresh pages are dear (see :mod:`.buffers`).
+    """
+    size = os.fstat(f.fileno()).st_size
+    buf: bytearray | None = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size + 1:
+        buf = bytearray(max(size + 1, 2 * len(buf) if buf is not None else 0))
+        _scratch.buf = buf
+    view = memoryview(buf)
+    n = 0
+    while True:  # until EOF: the file may have grown since fstat (read one byte past it)
+        got = f.readinto(view[n:])
+        if not got:
+            break
+        n += got
+        if n == len(buf):  # grew: enlarge and keep reading
+            bigger = bytearray(2 * len(buf))
+            bigger[:n] = buf[:n]
+            buf = _scratch.buf = bigger
+            view = memoryview(buf)
+    return view[:n]
