@@ -2,7 +2,7 @@
 
 - *momentum*: the last reads moved along one axis in one direction -> read ahead along it.
   Depth (in elements) = velocity x (2 x fetch latency of one slab + 0.1 s) + one chunk,
-  bounded by half the cache headroom and by ``max_slabs``.
+  bounded by half the cache headroom and by ``max_slabs`` (or 16 chunks, for small slabs).
 - *neighbourhood*: the view moved along two or more axes (pan / zoom) -> a ring of one chunk
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
@@ -107,6 +107,7 @@ class Prefetcher:
     """Watches VISIBLE reads per source and queues SPECULATIVE ones."""
 
     max_slabs = 4
+    min_chunks_ahead = 16
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -148,7 +149,9 @@ class Prefetcher:
         targets: list[ChunkIndex] = []
         mode: tuple[object, ...] = ("none",)
         if policy in ("auto", "momentum"):
-            found = momentum_targets(history, grid, source.chunks, slab_latency, self.max_slabs)
+            # small slabs (one chunk per dask task) may run further ahead: up to 16 chunks
+            most = max(self.max_slabs, math.ceil(self.min_chunks_ahead / slab))
+            found = momentum_targets(history, grid, source.chunks, slab_latency, most)
             if found is not None:
                 axis, direction, targets = found
                 mode = ("momentum", axis, direction)
