@@ -6,10 +6,12 @@ Environment variables (all optional):
 - ``TSEXPLORE_HTTP_TIMEOUT``: seconds before one remote read times out (default 30).
 - ``TSEXPLORE_RETRIES``: retries of 408/429/5xx answers (default 3).
 - ``TSEXPLORE_SWITCH_INTERVAL``: the GIL switch interval the engine sets when it starts
-  (default 0.001 s; Python's own is 0.005 s, which convoys the read threads behind a busy
+  (default 0.0005 s; Python's own is 0.005 s, which convoys the read threads behind a busy
   main thread). ``0`` leaves Python's setting alone.
 - ``TSEXPLORE_SAMPLE_SIZE``: ``"full"`` (default) or ``"small"``; the size of the tutorial
   data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
+- ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
+  (read once, at the first blosc chunk).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class Settings:
     wait_timeout: float = 300.0
     sample_size: str = "full"
     io_threads: int = 4
-    switch_interval: float = 0.001
+    switch_interval: float = 0.0005
 
 
 def _from_env() -> Settings:
@@ -52,7 +54,7 @@ def _from_env() -> Settings:
             wait_timeout=float(env.get("TSEXPLORE_WAIT_TIMEOUT", 300.0)),
             sample_size=env.get("TSEXPLORE_SAMPLE_SIZE", "full"),
             io_threads=int(env.get("TSEXPLORE_IO_THREADS", max(4, 2 * (os.cpu_count() or 2)))),
-            switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.001)),
+            switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc
