@@ -132,3 +132,22 @@ def test_blocks_share_chunks_only_when_windows_cross_chunk_boundaries():
             for cell in range(sl.start, sl.stop):
                 owners.setdefault((o + cell) // c, set()).add(b)
         assert g.blocks_share_chunks() == any(len(v) > 1 for v in owners.values()), (n, c, w, s, o)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 30), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_windows_of_blocks_matches_block_by_block(shape, data):
+    nd = len(shape)
+    window = [data.draw(st.integers(1, n)) for n in shape]
+    stride = [data.draw(st.integers(1, 6)) for _ in shape]
+    chunks = [data.draw(st.integers(1, 9)) for _ in shape]
+    origin = [data.draw(st.integers(0, c - 1)) for c in chunks]
+    g = WindowGrid(tuple(shape), tuple(window), tuple(stride), tuple(chunks), tuple(origin))
+    order = np.random.default_rng(len(shape)).permutation(g.n_blocks)[: max(1, g.n_blocks // 2)]
+    want = np.concatenate([g.block_windows(int(b)) for b in order])
+    np.testing.assert_array_equal(g.windows_of_blocks(order), want)
+    assert g.windows_of_blocks(np.empty(0, dtype=np.int64)).size == 0
+    assert nd == len(g.counts)

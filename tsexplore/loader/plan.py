@@ -12,7 +12,9 @@ chunk and yields many samples.
 1. the blocks are shuffled (``rng.permutation``) and dealt to ``nshards`` shards round-robin,
    so workers read disjoint blocks;
 2. within a shard, block ``p`` (its position in the shuffled order) gives each of its windows
-   the key ``p + buffer * u`` with ``u ~ U[0, 1)``, and windows are emitted in key order.
+   the key ``p + min(buffer, 4 + p) * u`` with ``u ~ U[0, 1)``, and windows are emitted in
+   key order (the ramp lets the first batch come from about four chunks instead of waiting
+   for ``buffer`` of them to decode).
 
 At any moment the windows being emitted come from at most ``buffer`` consecutive blocks of
 the shuffled order: a rolling buffer of ``buffer`` decoded blocks, each released once its last
@@ -28,6 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+
+
+#: spread (in block positions) of the first block's windows; it grows by one per block
+RAMP = 4
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,26 @@ class WindowGrid:
         ranges = [np.arange(r[b], r[b + 1], dtype=np.int64) for r, b in zip(self.block_runs, bidx)]
         mesh = np.meshgrid(*ranges, indexing="ij")
         return np.ravel_multi_index(tuple(m.ravel() for m in mesh), self.counts).astype(np.int64)
+
+    def windows_of_blocks(self, blocks: np.ndarray) -> np.ndarray:
+        """The window ids of ``blocks``, block after block, each block's in C order.
+
+        Same as concatenating :meth:`block_windows`, without a Python loop over blocks.
+        """
+        blocks = np.asarray(blocks, dtype=np.int64)
+        if not len(blocks):
+            return np.empty(0, dtype=np.int64)
+        # the block of every window (C order), from each axis' run of window positions
+        owner = np.zeros((), dtype=np.int64)
+        for runs, nb in zip(self.block_runs, self.block_counts):
+            along = np.repeat(np.arange(nb, dtype=np.int64), np.diff(runs))
+            owner = np.add.outer(owner * nb, along)
+        grouped = np.argsort(owner.ravel(), kind="stable")  # by block, C order inside
+        sizes = self.block_sizes()
+        first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        lens = sizes[blocks]
+        shift = np.repeat(first[blocks] - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+        return grouped[np.arange(int(lens.sum()), dtype=np.int64) + shift].astype(np.int64)
 
     def block_sizes(self) -> np.ndarray:
         """Number of windows of every block (C order over the block grid)."""
@@ -209,15 +235,14 @@ def epoch_plan(
     blocks = shard_blocks(grid.n_blocks, shuffle, seed, epoch, shard, nshards)
     sizes = grid.block_sizes()[blocks] if len(blocks) else np.empty(0, dtype=np.int64)
     n = int(sizes.sum())
-    windows = (
-        np.concatenate([grid.block_windows(int(b)) for b in blocks])
-        if len(blocks)
-        else np.empty(0, dtype=np.int64)
-    )
+    windows = grid.windows_of_blocks(blocks)
     block_pos = np.repeat(np.arange(len(blocks), dtype=np.int64), sizes)
     if shuffle and n:
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), 1, shard, nshards])
-        keys = block_pos + buffer * rng.random(n)
+        # block p spreads its windows over min(buffer, RAMP + p) positions: the same rolling
+        # buffer, but the first batches wait for a few decoded chunks, not a whole buffer
+        spread = np.minimum(buffer, RAMP + np.arange(len(blocks), dtype=np.int64))
+        keys = block_pos + spread[block_pos] * rng.random(n)
         order = np.argsort(keys, kind="stable")
         windows, block_pos = windows[order], block_pos[order]
     first_use = np.full(len(blocks), n, dtype=np.int64)
