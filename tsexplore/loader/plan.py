@@ -31,7 +31,6 @@ import numpy as np
 
 from ..errors import ConfigError
 
-
 #: spread (in block positions) of the first block's windows; it grows by one per block
 RAMP = 4
 
