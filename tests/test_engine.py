@@ -631,3 +631,38 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
     # a cached chunk that was not read ahead for anyone stays, also for a one-pass reader
     (v3,) = eng.request_mixed(src, [(3, 0)], Priority.PLANNED, cache=False)
     assert key(3) in eng.cache and v3 is not None
+
+
+def test_streams_hint_the_chunks_after_their_reads_to_the_source() -> None:
+    """Engine.stream passes read-ahead hints (ChunkSource.advise) for the indices after the
+    reads it keeps in flight, once each, and never for cached chunks."""
+    inner = SyntheticSource((40, 4), (1, 4), "float32")
+    hints: list[tuple[int, ...]] = []
+
+    class Hinted(CountingSource):
+        def advise(self, indices):
+            hints.extend(tuple(i) for i in indices)
+
+    src = Hinted(inner)
+    eng = get_engine()
+    eng.fetch(src, [(0, 0), (1, 0)])  # cached: never hinted
+    order = [(i, 0) for i in range(40)]
+    got = [idx for idx, _ in eng.stream(src, order, ahead=4)]
+    assert got == order
+    assert (0, 0) not in hints and (1, 0) not in hints
+    assert sorted(hints) == [(i, 0) for i in range(2, 40)]  # every other index, once
+    assert src.reads == 40
+
+
+def test_zarr_advise_is_a_harmless_hint(tmp_path: Path) -> None:
+    """Hints on present and missing chunk files neither fail nor change what is read."""
+    data = np.arange(64, dtype="float32").reshape(8, 8)
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=(8, 8), chunks=(4, 4), dtype="float32",
+                            fill_value=np.nan, dimension_names=("y", "x"))
+    arr[:4] = data[:4]  # the lower chunks are never written
+    ds = tse.open_dataset(tmp_path / "a.zarr", missing="fill")
+    (src,) = ds[list(ds.data_vars)[0]].tse.sources
+    src.advise([(0, 0), (0, 1), (1, 0), (1, 1)])
+    got = ds[list(ds.data_vars)[0]].values
+    np.testing.assert_array_equal(got[:4], data[:4])
+    assert np.isnan(got[4:]).all()

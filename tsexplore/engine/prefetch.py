@@ -180,6 +180,7 @@ class Prefetcher:
             self.last_policy[source.token] = str(mode[0])
         from .scheduler import Priority
 
+        engine.advise(source, todo)  # the disk can start on all of them; reads go a few at a time
         engine.request(
             source, todo, Priority.SPECULATIVE, channel=f"prefetch:{source.token}", generation=gen
         )

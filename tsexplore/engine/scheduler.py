@@ -55,6 +55,8 @@ class Priority(IntEnum):
 ChunkKey = tuple[str, ChunkIndex]
 #: chunks taken by one-pass readers that the prefetcher remembers not to read again
 CONSUMED_MEMORY = 4096
+#: read-ahead hints remembered (not repeated) per process
+ADVISED_MEMORY = 8192
 
 
 @dataclass(eq=False)
@@ -95,6 +97,7 @@ class Engine:
         self._latency = {"sync": 0.005, "async": 0.005}
         self._prefetched: set[ChunkKey] = set()
         self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+        self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self._closed = False
         self._io_threads = settings.io_threads
         self._pool = cf.ThreadPoolExecutor(
@@ -285,6 +288,26 @@ class Engine:
         if new_reads or joined:
             self._loop.call_soon_threadsafe(self._dispatch)
         return out
+
+    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
+        """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
+        token = source.token
+        fresh = []
+        with self._lock:
+            for index in indices:
+                key = (token, tuple(index))
+                if key in self._advised:
+                    continue
+                self._advised[key] = None
+                fresh.append(key)
+            while len(self._advised) > ADVISED_MEMORY:
+                self._advised.popitem(last=False)
+        todo = [k[1] for k in fresh if k not in self.cache]
+        if todo:
+            try:
+                source.advise(todo)
+            except Exception:  # noqa: BLE001 - a hint must never fail a read
+                pass
 
     def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
         """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
@@ -521,16 +544,25 @@ class Engine:
             want = max(2 * self._io_threads, self.concurrency("async") if source.is_async else 0)
             ahead = int(max(2, min(want, limit)))
         pending: list[tuple[ChunkIndex, cf.Future]] = []
+        lookahead: collections.deque[ChunkIndex] = collections.deque()
         it = iter(order)
         exhausted = False
         try:
             while True:
-                while not exhausted and len(pending) < ahead:
+                # the next ``ahead`` indices after the reads in flight: hinted to the source
+                hinted = []
+                while not exhausted and len(pending) + len(lookahead) < 2 * ahead:
                     try:
                         index = tuple(next(it))
                     except StopIteration:
                         exhausted = True
                         break
+                    lookahead.append(index)
+                    hinted.append(index)
+                if hinted:
+                    self.advise(source, hinted)
+                while lookahead and len(pending) < ahead:
+                    index = lookahead.popleft()
                     item = self.request_mixed(source, [index], Priority.PLANNED, cache=cache)[0]
                     if not isinstance(item, cf.Future):
                         done: cf.Future = cf.Future()

@@ -269,13 +269,17 @@ class Batches:
         last_use = plan.last_use
         pending: dict[int, list[PendingRegion | DeferredRegion]] = {}
         buffer: dict[int, list[np.ndarray]] = {}
-        issued = loaded = released = 0
+        issued = loaded = released = hinted = 0
         window = self.window
         block_pos = plan.block_pos.tolist()
         for b0 in range(0, stop, self.batch_size):
             b1 = min(stop, b0 + self.batch_size)
             # load every block whose first window is in this batch, keeping reads in flight
             while loaded < len(read_order) and first_use[read_order[loaded]] < b1:
+                while hinted < len(read_order) and hinted < loaded + 2 * self.ahead:
+                    for v in self.variables:  # the disk starts on the blocks after these
+                        v.advise(engine, regions[read_order[hinted]])
+                    hinted += 1
                 while issued < len(read_order) and issued < loaded + self.ahead:
                     p = read_order[issued]
                     pending[p] = [v.request(engine, regions[p], self.cache) for v in self.variables]

@@ -62,6 +62,12 @@ class LoaderVariable:
                 key.append(slice(value + sl.start, value + sl.stop))
         return tuple(key)
 
+    def advise(self, engine: Engine, region: tuple[slice, ...]) -> None:
+        """Hint that the chunks of ``region`` will be read soon (see ``ChunkSource.advise``)."""
+        if self.lazy is None:
+            plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
+            engine.advise(self.source, plan.chunk_indices())
+
     def request(
         self, engine: Engine, region: tuple[slice, ...], cache: bool = True
     ) -> PendingRegion | DeferredRegion:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,6 +90,10 @@ class ChunkSource:
         return np.full(self.chunk_shape(index), fill, dtype=self.dtype)
 
     # -- reading --------------------------------------------------------------------------
+    def advise(self, indices: Sequence[ChunkIndex]) -> None:
+        """Hint that these chunks will be read soon (e.g. start reading their files from
+        disk in the background). Cheap and non-blocking; the default does nothing."""
+
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         """Decoded chunk ``index`` and the encoded bytes moved to read it."""
         raise NotImplementedError
