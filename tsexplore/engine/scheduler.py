@@ -170,15 +170,20 @@ class Engine:
         *,
         channel: str | None = None,
         generation: int | None = None,
+        cache: bool = True,
     ) -> list[cf.Future]:
         """Ask for chunks; returns one future per index, resolved with the decoded chunk.
 
         Cached chunks come back as finished futures (a *hit*). With ``channel`` and
         ``generation``, a newer generation of the same channel cancels queued reads that only
         older generations wanted (their futures raise :class:`RequestCancelledError`).
+        ``cache=False``: a one-pass read (see :meth:`request_mixed`).
         """
         out = []
-        for item in self.request_mixed(source, indices, priority, channel=channel, generation=generation):
+        items = self.request_mixed(
+            source, indices, priority, channel=channel, generation=generation, cache=cache
+        )
+        for item in items:
             if isinstance(item, cf.Future):
                 out.append(item)
             else:
@@ -291,6 +296,8 @@ class Engine:
 
     def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
         """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
+        if self._closed:
+            return
         token = source.token
         fresh = []
         with self._lock:
@@ -303,11 +310,17 @@ class Engine:
             while len(self._advised) > ADVISED_MEMORY:
                 self._advised.popitem(last=False)
         todo = [k[1] for k in fresh if k not in self.cache]
-        if todo:
+        if not todo:
+            return
+        if threading.current_thread() is self._thread:
+            # on the I/O loop (the prefetcher after a cached read): the hint's system calls
+            # must not hold up dispatching, so a read thread passes it on
             try:
-                source.advise(todo)
-            except Exception:  # noqa: BLE001 - a hint must never fail a read
+                self._pool.submit(_advise_quietly, source, todo)
+            except RuntimeError:  # the pool shut down meanwhile: no hint needed
                 pass
+        else:
+            _advise_quietly(source, todo)
 
     def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
         """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
@@ -563,12 +576,8 @@ class Engine:
                     self.advise(source, hinted)
                 while lookahead and len(pending) < ahead:
                     index = lookahead.popleft()
-                    item = self.request_mixed(source, [index], Priority.PLANNED, cache=cache)[0]
-                    if not isinstance(item, cf.Future):
-                        done: cf.Future = cf.Future()
-                        done.set_result(item)
-                        item = done
-                    pending.append((index, item))
+                    (fut,) = self.request(source, [index], Priority.PLANNED, cache=cache)
+                    pending.append((index, fut))
                 if not pending:
                     return
                 index, fut = pending.pop(0)
@@ -656,6 +665,13 @@ class Engine:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"<Engine {state} {self.cache!r}>"
+
+
+def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:
+    try:
+        source.advise(indices)
+    except Exception:  # noqa: BLE001 - a hint must never fail a read
+        pass
 
 
 def _lower_priority() -> None:

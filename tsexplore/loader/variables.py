@@ -78,19 +78,10 @@ class LoaderVariable:
         if self.lazy is not None:
             return DeferredRegion(self.lazy, self.source_key(region), self.dtype)
         plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
-        items = engine.request_mixed(
+        futures = engine.request(
             self.source, list(plan.chunk_indices()), Priority.PLANNED, cache=cache
         )
-        futures: list[cf.Future] = []
-        hits = 0
-        for item in items:
-            if isinstance(item, cf.Future):
-                futures.append(item)
-                continue
-            done: cf.Future = cf.Future()
-            done.set_result(item)
-            futures.append(done)
-            hits += 1
+        hits = sum(f.done() for f in futures)  # cached chunks come back as finished futures
         return PendingRegion(plan, futures, self.dtype, hits)
 
 

@@ -71,23 +71,33 @@ def _load() -> DecodeFn | None:
         ctypes.c_void_p,
         ctypes.c_int32,
     ]
+    lib.blosc2_free_ctx.restype = None
+    lib.blosc2_free_ctx.argtypes = [ctypes.c_void_p]
     lib.blosc2_init()
     local = threading.local()
-    create = lib.blosc2_create_dctx
     run = lib.blosc2_decompress_ctx
+
+    class Context:
+        """One thread's decompression context, freed when the thread ends."""
+
+        def __init__(self) -> None:
+            self.ptr = lib.blosc2_create_dctx(_DParams(1, None, None, None, 8))
+
+        def __del__(self) -> None:
+            if self.ptr:
+                lib.blosc2_free_ctx(self.ptr)
 
     def decode(src: object, out: np.ndarray) -> int:
         """Decode the blosc frame ``src`` into the contiguous ``out``; the decoded size or < 0."""
         ctx = getattr(local, "ctx", None)
         if ctx is None:
-            ctx = create(_DParams(1, None, None, None, 8))
-            if not ctx:
-                return -1
-            local.ctx = ctx  # one per thread, kept for the thread's life
+            ctx = local.ctx = Context()  # thread-local: dropped with the thread
+        if not ctx.ptr:
+            return -1
         view = np.frombuffer(src, dtype=np.uint8)  # type: ignore[call-overload]
         if view.size >= 1 << 31 or out.nbytes >= 1 << 31:
             return -1
-        return int(run(ctx, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
+        return int(run(ctx.ptr, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
 
     return decode if _self_test(decode) else None
 

@@ -12,7 +12,6 @@ Frames arrive on the controller's view thread and are painted on the kernel's IO
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Any
 
@@ -356,8 +355,7 @@ class Explorer:
         with self._paint_lock:  # held for the whole paint (about 1 ms): newest always wins
             if frame.generation <= self._painted or self.controller is None:
                 return
-            batch = getattr(self.plot_widget, "batch", contextlib.nullcontext)
-            with batch():  # image and title in one patch: the browser paints once
+            with self.plot_widget.batch():  # image and title in one patch: one paint
                 self.image_source.data = self._image_data(frame)
                 self.figure.title.text = self._title(frame)
             self._painted = frame.generation
