@@ -1,11 +1,14 @@
 """``python -m benchmarks ui``: the Explorer in a real browser, and slider coalescing.
 
-1. *slider -> pixel*: JupyterLab + headless Chromium (Playwright); the Explorer shows a
-   1024 x 1024 frame of a 64 x 1024 x 1024 cube with a warm cache; 50 ArrowRight presses on
-   the time slider; each is timed in the page from the key event to the animation frame after
+1. *slider -> pixel*: JupyterLab + headless Chromium, driven over the DevTools protocol with
+   no Network domain (``--driver playwright`` for Playwright, whose Network domain ships
+   every websocket frame's payload to its driver while the move is timed: p50 +40 ms here);
+   the Explorer shows a 1024 x 1024 frame of a 64 x 1024 x 1024 cube with a warm cache;
+   50 ArrowRight presses on the time slider; each is timed in the page from the key event to the animation frame after
    the new slice's plot update arrived (p50 / p95).
 2. *bytes per frame*: websocket bytes the browser received (and sent back) on the kernel
-   channel during those moves, per move, against 2 x displayed pixels x 4 bytes.
+   channel during those moves, counted in the page, per move, against 2 x displayed
+   pixels x 4 bytes.
 3. *coalescing*: 1,000 slider events in one second against a 50 ms store; slab reads issued
    and whether the final frame is the last requested slice.
 
@@ -16,11 +19,13 @@ Results go to ``benchmarks/results/ui.json``. ``--small`` uses a 64 x 256 x 256 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,27 @@ ARM = """() => {
   }
 }"""
 
+# Websocket bytes are counted in the page, not with Playwright's ``framereceived`` events:
+# those ship every frame's payload (a megabyte per move, base64) from Chromium to the
+# Playwright driver and on to Python while the move is being timed, on the same two cores.
+COUNT_WS = """(() => {
+  const Base = window.WebSocket;
+  const tally = window.__tse_ws = {recv: 0, sent: 0, on: false};
+  const size = (d) => typeof d === 'string' ? d.length : (d.byteLength ?? d.size ?? 0);
+  window.WebSocket = class extends Base {
+    constructor(url, protocols) {
+      super(url, protocols);
+      if (String(url).includes('/channels')) {
+        this.addEventListener('message', (e) => { if (tally.on) tally.recv += size(e.data); });
+      }
+    }
+    send(data) {
+      if (tally.on && String(this.url).includes('/channels')) tally.sent += size(data);
+      return super.send(data);
+    }
+  };
+})()"""
+
 
 def coalescing(events: int = 1000, seconds: float = 1.0, latency: float = 0.05) -> dict[str, Any]:
     """``events`` slider updates spread over ``seconds`` against a ``latency`` store."""
@@ -96,55 +122,125 @@ def coalescing(events: int = 1000, seconds: float = 1.0, latency: float = 0.05) 
         tse.close()
 
 
-def browser(path: Path, px: int, moves: int, workdir: Path) -> dict[str, Any]:
+FIRST_FRAME = ("[...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models])"
+               ".some(m => m.type === 'Title' && m.text.startsWith('temp · time=0 '))")
+HANDLE = ".widget-slider .noUi-handle"
+
+
+class _PlaywrightPage:
+    """The few calls the benchmark makes, on a Playwright page (``--driver playwright``)."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+
+    def add_init_script(self, source: str) -> None:
+        self.page.add_init_script(source)
+
+    def goto(self, url: str) -> None:
+        self.page.goto(url)
+
+    def run_all_cells(self) -> None:
+        from tsexplore.testing.lab import run_all_cells
+
+        run_all_cells(self.page, timeout_ms=300_000)
+
+    def wait_for(self, expression: str) -> None:
+        self.page.wait_for_function(f"() => {expression}")
+
+    def call(self, function: str, *args: Any) -> Any:
+        return self.page.evaluate(function, *args)
+
+    def press(self, key: str) -> None:
+        self.page.keyboard.press(key)
+
+    def screenshot(self, path: Path) -> None:
+        self.page.screenshot(path=str(path))
+
+
+class _CdpPage:
+    """The same calls over the DevTools protocol with no domain enabled (the default)."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+
+    def add_init_script(self, source: str) -> None:
+        self.page.add_init_script(source)
+
+    def goto(self, url: str) -> None:
+        self.page.goto(url)
+
+    def run_all_cells(self) -> None:
+        from tsexplore.testing.lab import ALL_RAN, ERRORS, KERNEL_IDLE
+
+        self.page.wait_for(KERNEL_IDLE, timeout=120)
+        self.page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells'), true")
+        time.sleep(0.5)
+        self.page.wait_for(f"({ALL_RAN})()", timeout=300, poll=0.25)
+        errors = self.page.call(ERRORS)
+        if errors:
+            raise AssertionError("a cell failed in the browser:\n" + "\n".join(errors)[-3000:])
+
+    def wait_for(self, expression: str) -> None:
+        self.page.wait_for(expression, timeout=90)
+
+    def call(self, function: str, *args: Any) -> Any:
+        return self.page.call(function, *args)
+
+    def press(self, key: str) -> None:
+        self.page.press(key)
+
+    def screenshot(self, path: Path) -> None:
+        self.page.screenshot(path)
+
+
+@contextlib.contextmanager
+def _open_page(driver: str, profile: Path) -> Iterator[Any]:
+    if driver == "playwright":
+        from tsexplore.testing.lab import chromium
+
+        with chromium(profile, 1800, 1500) as page:
+            yield _PlaywrightPage(page)
+    elif driver == "cdp":
+        from tsexplore.testing.cdp import chromium_cdp
+
+        with chromium_cdp(profile, 1800, 1500) as page:
+            yield _CdpPage(page)
+    else:
+        raise ValueError(f"unknown driver {driver!r}; known: cdp, playwright")
+
+
+def browser(path: Path, px: int, moves: int, workdir: Path, driver: str = "cdp") -> dict[str, Any]:
     """Slider-to-pixel latency and websocket bytes per frame in JupyterLab."""
     import nbformat
 
-    from tsexplore.testing.lab import chromium, jupyterlab, run_all_cells
+    from tsexplore.testing.lab import jupyterlab
 
     cells = [c.format(path=str(path), warm=moves + 2, px=px) for c in NOTEBOOK]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, workdir / "ui_bench.ipynb")
-    traffic = {"recv": 0, "sent": 0}
-    counting = {"on": False}
-
-    def on_ws(ws: Any) -> None:
-        if "/channels" not in ws.url:
-            return
-
-        def add(key: str, payload: Any) -> None:
-            if counting["on"]:
-                traffic[key] += len(payload)
-
-        ws.on("framereceived", lambda p: add("recv", p))
-        ws.on("framesent", lambda p: add("sent", p))
-
     latencies = []
-    with jupyterlab(workdir) as (url, token), chromium(workdir / "profile", 1800, 1500) as page:
-        page.on("websocket", on_ws)
+    with jupyterlab(workdir) as (url, token), _open_page(driver, workdir / "profile") as page:
+        page.add_init_script(COUNT_WS)
         page.goto(f"{url}/lab/tree/ui_bench.ipynb?token={token}")
-        run_all_cells(page, timeout_ms=300_000)
-        page.wait_for_function(
-            "() => [...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models])"
-            ".some(m => m.type === 'Title' && m.text.startsWith('temp · time=0 '))")
-        page.wait_for_timeout(1000)
-        page.evaluate(ARM)
-        handle = page.locator(".widget-slider .noUi-handle").first
-        handle.focus()
-        counting["on"] = True
+        page.run_all_cells()
+        page.wait_for(FIRST_FRAME)
+        time.sleep(1.0)
+        page.call(ARM)
+        page.call(f"() => document.querySelector({json.dumps(HANDLE)}).focus()")
+        page.call("() => { window.__tse_ws.on = true; }")
         for i in range(1, moves + 1):
-            handle.press("ArrowRight")
-            ms = page.evaluate(TIMED_MOVE, f"temp · time={i} ")
+            page.press("ArrowRight")
+            ms = page.call(TIMED_MOVE, f"temp · time={i} ")
             latencies.append(ms)
-            page.wait_for_timeout(50)
-        page.wait_for_timeout(500)
-        counting["on"] = False
-        page.screenshot(path=str(workdir / "ui_bench.png"))
+            time.sleep(0.05)
+        time.sleep(0.5)
+        traffic = page.call("() => { window.__tse_ws.on = false; return window.__tse_ws; }")
+        page.screenshot(workdir / "ui_bench.png")
     ok = [v for v in latencies if v >= 0]
     pixels = px * px
     return {
-        "frame": [px, px], "moves": moves, "timed_out": len(latencies) - len(ok),
+        "driver": driver, "frame": [px, px], "moves": moves, "timed_out": len(latencies) - len(ok),
         "slider_to_pixel_ms": {"p50": float(np.percentile(ok, 50)) if ok else None,
                                "p95": float(np.percentile(ok, 95)) if ok else None,
                                "max": max(ok) if ok else None},
@@ -162,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moves", type=int, default=50)
     ap.add_argument("--path", type=Path, default=None, help="cube to write/reuse")
     ap.add_argument("--skip-browser", action="store_true")
+    ap.add_argument("--driver", choices=("cdp", "playwright"), default="cdp",
+                    help="how Chromium is driven while timing (default: DevTools protocol with "
+                         "no domain enabled; Playwright ships every websocket frame to its driver)")
     ap.add_argument("--json-only", action="store_true")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args, _unknown = ap.parse_known_args(argv or [])
@@ -181,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             tse.sample_data("cube", path, shape=(64, n, n), chunks=(16, min(256, n), min(256, n)),
                             progress=not args.json_only)
             with tempfile.TemporaryDirectory(prefix="tse-ui-bench-") as tmp:
-                result["browser"] = browser(path.resolve(), n, args.moves, Path(tmp))
+                result["browser"] = browser(path.resolve(), n, args.moves, Path(tmp), args.driver)
                 shot = ROOT / "test-artifacts" / "bench" / "ui_bench.png"
                 shot.parent.mkdir(parents=True, exist_ok=True)
                 if os.path.exists(result["browser"]["screenshot"]):
