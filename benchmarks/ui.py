@@ -127,8 +127,8 @@ FIRST_FRAME = ("[...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_mode
 HANDLE = ".widget-slider .noUi-handle"
 
 
-class _PlaywrightPage:
-    """The few calls the benchmark makes, on a Playwright page (``--driver playwright``)."""
+class _Page:
+    """The few calls the benchmark makes; the subclasses adapt one driver's page to them."""
 
     def __init__(self, page: Any) -> None:
         self.page = page
@@ -138,6 +138,10 @@ class _PlaywrightPage:
 
     def goto(self, url: str) -> None:
         self.page.goto(url)
+
+
+class _PlaywrightPage(_Page):
+    """A Playwright page (``--driver playwright``)."""
 
     def run_all_cells(self) -> None:
         from tsexplore.testing.lab import run_all_cells
@@ -157,17 +161,8 @@ class _PlaywrightPage:
         self.page.screenshot(path=str(path))
 
 
-class _CdpPage:
-    """The same calls over the DevTools protocol with no domain enabled (the default)."""
-
-    def __init__(self, page: Any) -> None:
-        self.page = page
-
-    def add_init_script(self, source: str) -> None:
-        self.page.add_init_script(source)
-
-    def goto(self, url: str) -> None:
-        self.page.goto(url)
+class _CdpPage(_Page):
+    """A page driven over the DevTools protocol without the Network domain (the default)."""
 
     def run_all_cells(self) -> None:
         from tsexplore.testing.lab import ALL_RAN, ERRORS, KERNEL_IDLE
@@ -194,7 +189,7 @@ class _CdpPage:
 
 
 @contextlib.contextmanager
-def _open_page(driver: str, profile: Path) -> Iterator[Any]:
+def _open_page(driver: str, profile: Path) -> Iterator[_Page]:
     if driver == "playwright":
         from tsexplore.testing.lab import chromium
 
