@@ -62,6 +62,8 @@ def test_page_errors_and_timeouts_are_reported(page):
         page.evaluate("(() => { throw new Error('boom'); })()")
     with pytest.raises(TimeoutError, match="never"):
         page.wait_for("window.never === 1", timeout=0.5, poll=0.1)
+    with pytest.raises(TimeoutError, match="last error: .*nope is not defined"):
+        page.wait_for("nope.x", timeout=0.5, poll=0.1)
 
 
 def test_screenshot_is_a_png(page, tmp_path):

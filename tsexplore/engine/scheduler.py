@@ -232,15 +232,13 @@ class Engine:
                 for key in missing:
                     read = self._reads.get(key)
                     if read is not None and read.state in ("queued", "running"):
-                        if not waiting:
-                            pass  # the prefetcher asking again changes nothing
-                        elif cache:
-                            read.keep, read.prefetch_only = True, False
-                        elif read.prefetch_only:
-                            read.keep = False  # read ahead for this one-pass reader only
-                        if read.priority is Priority.SPECULATIVE and waiting:
-                            self._prefetch_behind_until = time.monotonic() + 2.0
-                        if waiting:
+                        if waiting:  # (the prefetcher asking again changes nothing)
+                            if cache:
+                                read.keep, read.prefetch_only = True, False
+                            elif read.prefetch_only:
+                                read.keep = False  # read ahead for this one-pass reader only
+                            if read.priority is Priority.SPECULATIVE:
+                                self._prefetch_behind_until = time.monotonic() + 2.0
                             joined += 1
                             if key in self._prefetched:
                                 self._prefetched.discard(key)

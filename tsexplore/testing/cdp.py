@@ -53,9 +53,13 @@ class CdpPage:
         self._id += 1
         ident = self._id
         self._ws.send(json.dumps({"id": ident, "method": method, "params": params or {}}))
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         while True:
-            self._ws.settimeout(max(0.05, deadline - time.monotonic()))
+            left = deadline - time.monotonic()
+            if left <= 0:  # events kept coming, but not the answer
+                raise CdpError(f"{method}: no answer from Chromium within {limit} s")
+            self._ws.settimeout(left)
             try:
                 msg = json.loads(self._ws.recv())
             except Exception as exc:  # noqa: BLE001 - timeout or closed socket
@@ -90,15 +94,17 @@ class CdpPage:
     def wait_for(self, expression: str, timeout: float = 90.0, poll: float = 0.2) -> Any:
         """Evaluate ``expression`` until it is truthy; its value."""
         deadline = time.monotonic() + timeout
+        error: CdpError | None = None
         while True:
             try:
-                value = self.evaluate(expression)
-            except CdpError:
-                value = None  # the page is still loading
+                value, error = self.evaluate(expression), None
+            except CdpError as exc:
+                value, error = None, exc  # e.g. the page is still loading
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout} s for: {expression[:200]}")
+                last = f" (last error: {error})" if error is not None else ""
+                raise TimeoutError(f"waited {timeout} s for: {expression[:200]}{last}")
             time.sleep(poll)
 
     def goto(self, url: str) -> None:
@@ -126,7 +132,8 @@ class CdpPage:
 @contextmanager
 def chromium_cdp(profile: Path, width: int = 1600, height: int = 1200,
                  timeout: float = 30.0) -> Iterator[CdpPage]:
-    """Launch headless Chromium with a DevTools port; yields its first page; kills it on exit."""
+    """Launch headless Chromium with a DevTools port and the profile folder ``profile``;
+    yields its first page. On exit Chromium is stopped and ``profile`` is removed."""
     exe = find_chromium()
     if exe is None:
         raise RuntimeError("no chromium found (apt-get install chromium)")
