@@ -35,6 +35,7 @@ __all__ = [
     "config",
     "errors",
     "open_dataset",
+    "rechunk",
     "sample_data",
     "stats",
     "synthetic",
@@ -108,11 +109,18 @@ def batches(obj: Any, sample: Any, **kwargs: Any) -> Any:
     return _batches(obj, sample, **kwargs)
 
 
-def advise(source: Any, pattern: str = "scrub", **kwargs: Any) -> Any:
-    """Measured chunk/codec advice for an access pattern; see :mod:`tsexplore.advice`."""
+def advise(source: Any, pattern: Any = "scrub", **kwargs: Any) -> Any:
+    """Measure candidate chunk layouts for an access pattern; see :mod:`tsexplore.advice`."""
     from .advice import advise as _advise
 
     return _advise(source, pattern, **kwargs)
+
+
+def rechunk(source: Any, target: Any, chunks: Any, **kwargs: Any) -> Any:
+    """Write ``source`` to a Zarr v3 store in a new layout; see :mod:`tsexplore.rechunk`."""
+    from .rechunk import rechunk as _rechunk
+
+    return _rechunk(source, target, chunks, **kwargs)
 
 
 class _Session:

@@ -1,166 +1,468 @@
-"""``tse.advise(source, pattern)``: measured advice on chunk shape and codec for an access pattern.
+"""``tse.advise(source, pattern)``: choose a chunk layout by measuring it, not by a model.
 
-It reads a few chunks through the engine to measure what one chunk costs here (latency,
-decoded MB/s, compression ratio), computes the *read amplification* of the pattern on the
-current grid (decoded bytes per byte the pattern actually uses) and proposes a grid for the
-pattern with its amplification. Patterns: ``"scrub"`` (whole frames along the first
-dimension, one after another), ``"viewport"`` (a 1024 x 1024 window of one frame),
-``"scan"`` (everything, once) and ``"patches"`` (16 x 64 x 64 windows at random).
+A representative region of the source (at most ``budget_bytes`` decoded) is copied once into a
+temporary Zarr v3 store per candidate layout, and the access pattern is timed on each through
+the engine. Every run starts from a cold page cache (the candidate's files are written back
+and dropped with ``posix_fadvise(DONTNEED)``; nothing else on the machine is touched) and an
+empty engine cache (each run opens the candidate afresh). Scattered patterns (jump, viewport,
+profile, patches) run without read-ahead and drop the candidate's chunks from the engine cache
+between accesses, as on an array much larger than the region, so each access pays for its own
+chunks; scrub and scan keep the cache and the prefetcher, which is how they stream.
+
+Without ``candidates=`` the search goes in three rounds, every candidate measured: chunk
+shapes around the pattern (frames, viewport tiles, time series, patches, scan blocks, and the
+current layout) with one fast codec; the codecs on the fastest shape; sharded variants of the
+fastest so far. The winner is the candidate with the lowest median time per access over
+``repeats`` runs; a candidate whose first run is ``RACE_FACTOR`` times slower than the best so
+far is not run again (it cannot win).
+
+Memory: the region (at most ``budget_bytes``) plus what one run caches of it. Temporary
+stores live in ``workdir`` (default: the system's temporary folder) and are removed as soon
+as each is measured, and also on errors and KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import statistics
+import tempfile
 import time
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._layout import (
+    ADVISE_CODECS,
+    SHAPE_CODEC,
+    Layout,
+    codec_label,
+    compressors,
+    layout_of,
+    shapes_for,
+    shard_variants,
+)
+from ._patterns import SCATTERED, check_pattern, keys_for, region_for, run
 from .errors import ConfigError
 from .sources.base import ChunkSource
 
-PATTERNS = ("scrub", "viewport", "scan", "patches")
-TARGET_CHUNK_BYTES = 4 * 2**20
+DEFAULT_BUDGET = 256 * 2**20
+#: a candidate whose first run is this many times slower than the best so far runs only once
+RACE_FACTOR = 4.0
+PATTERNS = ("scrub", "jump", "viewport", "profile", "scan", "patches")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one candidate layout cost on the pattern (times are per access, one per run)."""
+
+    layout: Layout
+    ms: tuple[float, ...]
+    accesses: int
+    used_bytes: float
+    decoded_bytes: float
+    disk_bytes: int
+    region_bytes: int
+    write_s: float
+    resident: float | None
+    round: str
+
+    @property
+    def ms_median(self) -> float:
+        return float(statistics.median(self.ms))
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest run) / median."""
+        return (max(self.ms) - min(self.ms)) / self.ms_median if self.ms_median else 0.0
+
+    @property
+    def mb_s(self) -> float:
+        """Bytes the pattern used per second (MB/s)."""
+        return self.used_bytes / self.ms_median / 1e3 if self.ms_median else math.inf
+
+    @property
+    def amplification(self) -> float:
+        """Bytes decoded per byte the pattern used."""
+        return self.decoded_bytes / self.used_bytes if self.used_bytes else math.nan
+
+    @property
+    def ratio(self) -> float:
+        """Compression ratio: decoded bytes over bytes on disk."""
+        return self.region_bytes / self.disk_bytes if self.disk_bytes else math.nan
 
 
 @dataclass(frozen=True)
 class Advice:
-    """What was measured and what is proposed for one pattern."""
+    """The measured table, the winner and how sure it is. ``rows`` are fastest first."""
 
     pattern: str
+    variable: str
     dims: tuple[str, ...]
-    chunks: tuple[int, ...]
-    chunk_mb: float
-    compression_ratio: float | None
-    decode_mb_s: float
-    chunk_latency_ms: float
-    amplification: float
-    proposed_chunks: tuple[int, ...]
-    proposed_amplification: float
-    notes: list[str] = field(default_factory=list)
+    shape: tuple[int, ...]
+    region: tuple[tuple[int, int], ...]
+    current: Layout
+    rows: tuple[Measured, ...]
+    seconds: float
+    notes: tuple[str, ...] = ()
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def winner(self) -> Layout:
+        """The layout with the lowest median time per access."""
+        return self.rows[0].layout
+
+    @property
+    def margin(self) -> float:
+        """How many times slower the runner-up is (median against median)."""
+        if len(self.rows) < 2 or not self.rows[0].ms_median:
+            return math.inf
+        return self.rows[1].ms_median / self.rows[0].ms_median
+
+    @property
+    def sure(self) -> bool:
+        """True when every run of the winner beat every run of the runner-up."""
+        return len(self.rows) < 2 or max(self.rows[0].ms) < min(self.rows[1].ms)
+
+    @property
+    def speedup(self) -> float | None:
+        """Current layout's median time per access over the winner's (None if not measured)."""
+        now = [r for r in self.rows if r.layout.name == "current"]
+        if not now or not self.rows[0].ms_median:
+            return None
+        return now[0].ms_median / self.rows[0].ms_median
+
+    @property
+    def table(self) -> Any:
+        """The measurements as a :class:`pandas.DataFrame`, fastest first."""
+        import pandas as pd
+
+        return pd.DataFrame([_row(r) for r in self.rows])
+
+    def summary(self) -> str:
+        """One line: the winner, how sure, and the gain over the current layout."""
+        how = "sure" if self.sure else "close call"
+        text = (f"{self.pattern}: {self.winner.label} wins ({self.rows[0].ms_median:.2f} ms per access; "
+                f"runner-up x{self.margin:.2f} slower, {how})")
+        if self.speedup is not None:
+            text += f"; x{self.speedup:.1f} faster than the current layout"
+        return text
 
     def __repr__(self) -> str:
-        lines = [
-            f"<Advice for {self.pattern!r} on dims {self.dims}",
-            f"  now: chunks {self.chunks} ({self.chunk_mb:.1f} MB decoded), "
-            f"read amplification x{self.amplification:.1f}",
-            f"  measured: {self.chunk_latency_ms:.1f} ms per chunk, {self.decode_mb_s:.0f} MB/s "
-            f"decoded" + (f", compression x{self.compression_ratio:.2f}" if self.compression_ratio else ""),
-            f"  proposed: chunks {self.proposed_chunks}, read amplification "
-            f"x{self.proposed_amplification:.1f}",
-        ]
+        lines = [f"<Advice for {self.pattern!r} on {self.variable} {self.dims} {self.shape}: "
+                 f"{len(self.rows)} layouts measured in {self.seconds:.1f} s", "  " + self.summary()]
+        for r in self.rows[:8]:
+            lines.append(f"  {r.ms_median:9.2f} ms  {r.mb_s:8.1f} MB/s  x{r.amplification:6.1f} decoded  "
+                         f"x{r.ratio:5.2f} compr  {r.layout.label}")
         lines += [f"  - {n}" for n in self.notes]
         return "\n".join(lines) + ">"
 
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<li>{n}</li>" for n in self.notes)
+        table = self.table.to_html(index=False, float_format=lambda v: f"{v:.3g}")
+        return (f"<p><b>tse.advise {self.pattern!r}</b> on <code>{self.variable}</code> "
+                f"{self.shape}, region {[f'{a}:{b}' for a, b in self.region]} &mdash; "
+                f"{self.summary()}</p>{table}" + (f"<ul>{notes}</ul>" if notes else ""))
 
-def _window(pattern: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The region one access of ``pattern`` uses."""
-    nd = len(shape)
-    if pattern == "scrub":
-        return (1,) + shape[1:]
-    if pattern == "viewport":
-        return (1,) * (nd - 2) + tuple(min(1024, s) for s in shape[-2:])
-    if pattern == "patches":
-        base = (16, 64, 64)[-nd:] if nd <= 3 else (1,) * (nd - 3) + (16, 64, 64)
-        return tuple(min(b, s) for b, s in zip(base, shape))
-    return shape
+    def plot(self, top: int = 12) -> Any:
+        """A holoviews chart: ms per access of each layout (median, whiskers from the fastest
+        to the slowest run), fastest first. Needs the ``lab`` extra."""
+        import holoviews as hv
+
+        rows = self.rows[:top]
+        labels = [r.layout.label for r in rows]
+        bars = hv.Bars([(lab, r.ms_median) for lab, r in zip(labels, rows)], kdims=["layout"],
+                       vdims=["ms per access"])
+        errs = hv.ErrorBars([(lab, r.ms_median, r.ms_median - min(r.ms), max(r.ms) - r.ms_median)
+                             for lab, r in zip(labels, rows)],
+                            kdims=["layout"], vdims=["ms per access", "below", "above"])
+        return (bars * errs).opts(
+            hv.opts.Bars(invert_axes=True, width=640, height=max(200, 28 * len(rows)), logx=True,
+                         title=f"tse.advise {self.pattern!r}: ms per access (lower is better)",
+                         tools=["hover"], color="#4c78a8"),
+            hv.opts.ErrorBars(invert_axes=True),
+        )
+
+    def apply(self, target: str | os.PathLike[str], **kwargs: Any) -> Path:
+        """Write the whole source in the winning layout with :func:`tsexplore.rechunk.rechunk`."""
+        from .rechunk import rechunk
+
+        if self.source is None:
+            raise ConfigError("this Advice does not know its source; call tse.rechunk yourself")
+        win = self.winner
+        shards = dict(zip(self.dims, win.shards)) if win.shards else None
+        return rechunk(self.source, target, chunks=dict(zip(self.dims, win.chunks)),
+                       codec=win.codec, shards=shards, **kwargs)
 
 
-def amplification(window: tuple[int, ...], chunks: tuple[int, ...], aligned: bool) -> float:
-    """Decoded elements per used element when reading ``window`` from a grid of ``chunks``.
+def _row(r: Measured) -> dict[str, Any]:
+    return {
+        "layout": r.layout.name, "chunks": "x".join(map(str, r.layout.chunks)),
+        "codec": codec_label(r.layout.codec),
+        "shards": "x".join(map(str, r.layout.shards)) if r.layout.shards else "",
+        "ms/access": r.ms_median, "spread %": 100 * r.spread, "MB/s": r.mb_s,
+        "decoded/used": r.amplification, "compression": r.ratio,
+        "MB on disk": r.disk_bytes / 1e6, "write s": r.write_s, "accesses": r.accesses,
+        "round": r.round,
+    }
 
-    ``aligned`` windows start on chunk boundaries; others start anywhere (expected value).
+
+def advise(
+    source: Any,
+    pattern: Any = "scrub",
+    *,
+    budget_bytes: int = DEFAULT_BUDGET,
+    candidates: Sequence[Any] | None = None,
+    codecs: Sequence[Any] = ADVISE_CODECS,
+    repeats: int = 3,
+    max_run_seconds: float = 0.5,
+    variable: str | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Advice:
+    """Measure candidate layouts of ``source`` for ``pattern`` and return an :class:`Advice`.
+
+    ``source``: a path/URL, Dataset, DataArray or ChunkSource (read only, never written).
+    ``pattern``: ``"scrub"``, ``"jump"``, ``"viewport"``, ``"profile"``, ``"scan"``,
+    ``"patches"`` (see :mod:`tsexplore._patterns`) or a callable ``fn(da)`` doing one access.
+    ``candidates``: layouts to measure instead of the search (:class:`Layout`, dicts with
+    ``chunks``/``codec``/``shards``, or chunk tuples). ``repeats`` cold runs per candidate;
+    a run stops after ``max_run_seconds`` of accesses (at least one access).
     """
-    ratio = 1.0
-    for w, c in zip(window, chunks):
-        touched = math.ceil(w / c) if aligned else (w - 1) / c + 1
-        ratio *= touched * c / w
-    return ratio
-
-
-def _propose(pattern: str, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """The grid with the least read amplification for ``pattern`` among chunks of
-    256 KiB..16 MiB (ties: closest to 4 MiB, so per-chunk overhead stays small)."""
-    window = _window(pattern, shape)
-    aligned = pattern in ("scrub", "scan")
-    nd = len(shape)
-    leads = (1, 2, 4, 8, 16, 32, 64) if nd >= 3 else (None,)
-    sides = (64, 128, 256, 512, 1024, 2048, 4096)
-    best: tuple[float, float, tuple[int, ...]] | None = None
-    for lead in leads:
-        for side in sides:
-            if nd >= 3:
-                cand = (min(lead or 1, shape[0]),) + (1,) * (nd - 3) + tuple(min(side, s) for s in shape[-2:])
-            elif nd == 2:
-                cand = tuple(min(side, s) for s in shape)
-            else:
-                cand = (min(shape[0], TARGET_CHUNK_BYTES // itemsize),)
-            nbytes = math.prod(cand) * itemsize
-            in_range = 256 * 2**10 <= nbytes <= 16 * 2**20 or nbytes >= math.prod(shape) * itemsize
-            if not in_range:
-                continue
-            score = (round(amplification(window, cand, aligned), 3), abs(math.log2(nbytes / TARGET_CHUNK_BYTES)), cand)
-            if best is None or score[:2] < best[:2]:
-                best = score
-    return best[2] if best is not None else tuple(shape)
-
-
-def advise(source: Any, pattern: str = "scrub", *, samples: int = 4, variable: str | None = None) -> Advice:
-    """Measure ``source`` (a path, Dataset, DataArray or ChunkSource) and advise for ``pattern``."""
-    if pattern not in PATTERNS:
-        raise ConfigError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
-    src = _source_of(source, variable)
-    from .engine.scheduler import get_engine
-
-    engine = get_engine()
-    rng = np.random.default_rng(0)
-    grid = src.grid_shape
-    picks = {tuple(int(rng.integers(g)) for g in grid) for _ in range(max(1, samples))}
-    before = engine.snapshot()
-    t0 = time.perf_counter()
-    for idx in picks:
-        engine.cache.discard([engine.key(src, idx)])
-        engine.fetch(src, [idx])
-    elapsed = time.perf_counter() - t0
-    delta = engine.snapshot() - before
-    decoded = max(1, delta.bytes_decoded)
-    ratio = decoded / delta.bytes_read if delta.bytes_read and delta.bytes_read != decoded else None
-    window = _window(pattern, src.shape)
-    aligned = pattern in ("scrub", "scan")
-    now = amplification(window, src.chunks, aligned)
-    proposed = _propose(pattern, src.shape, src.dtype.itemsize)
-    notes = []
-    if pattern == "scrub" and src.chunks[0] > 1:
-        notes.append(
-            f"each frame decodes {src.chunks[0]} frames; tsexplore's prefetch hides that when "
-            "playing forward, but random jumps pay it in full"
-        )
-    if pattern == "patches":
-        notes.append(
-            "amplification is for windows read one by one (a DataLoader over zarr); "
-            "tse.batches decodes each chunk once per epoch and draws many windows from it"
-        )
-    if ratio is not None and ratio < 1.3:
-        notes.append("data compresses poorly; a faster codec (blosc-lz4) costs little space")
+    t_start = time.perf_counter()
+    if not isinstance(budget_bytes, (int, np.integer)) or budget_bytes <= 0:
+        raise ConfigError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be an int >= 1, got {repeats!r}")
+    da, src = _source_of(source, variable)
+    name = check_pattern(pattern, da.ndim)
+    shape, itemsize = tuple(int(s) for s in da.shape), da.dtype.itemsize
+    current = layout_of(src, da)
+    region = region_for(name, shape, current.chunks, itemsize, int(budget_bytes))
+    given = [_as_layout(c, da.dims) for c in candidates] if candidates is not None else None
+    notes: list[str] = []
+    with _workspace(workdir, notes) as folder, _bar(progress, name) as bar:
+        bench = _Bench(da, region, pattern, folder, repeats, max_run_seconds, seed, bar)
+        if given is not None:
+            bar.total = len(given)
+            rows = [bench.measure(lay, "given") for lay in given]
+        else:
+            rows = _search(bench, name, current, shape, itemsize, codecs)
+    rows.sort(key=lambda r: r.ms_median)
+    resident = [r.resident for r in rows if r.resident is not None]
+    if resident and max(resident) > 0.05:
+        notes.append(f"up to {max(resident):.0%} of a candidate's files stayed in the page cache "
+                     "after eviction: runs were not fully cold")
+    if src is not None and getattr(src, "remote", False):
+        notes.append("the source is remote; candidates were measured on local disk")
     return Advice(
-        pattern=pattern,
-        dims=src.dims,
-        chunks=src.chunks,
-        chunk_mb=src.chunk_nbytes() / 1e6,
-        compression_ratio=ratio,
-        decode_mb_s=decoded / elapsed / 1e6,
-        chunk_latency_ms=elapsed / len(picks) * 1e3,
-        amplification=now,
-        proposed_chunks=proposed,
-        proposed_amplification=amplification(window, proposed, aligned),
-        notes=notes,
+        pattern=name, variable=str(da.name), dims=tuple(map(str, da.dims)), shape=shape,
+        region=tuple((s.start, s.stop) for s in region), current=current, rows=tuple(rows),
+        seconds=time.perf_counter() - t_start, notes=tuple(notes), source=source,
     )
 
 
-def _source_of(obj: Any, variable: str | None) -> ChunkSource:
-    if isinstance(obj, ChunkSource):
+def _search(bench: _Bench, pattern: str, current: Layout, shape: tuple[int, ...], itemsize: int,
+            codecs: Sequence[Any]) -> list[Measured]:
+    """Three rounds: shapes (one codec), codecs on the best shape, shards of the best."""
+    layouts = [current] + [Layout(c, SHAPE_CODEC, None, n) for n, c in shapes_for(pattern, shape, itemsize)]
+    seen: set[tuple[Any, ...]] = set()
+    first = []
+    for lay in layouts:
+        key = (lay.within(bench.shape).chunks, lay.shards, codec_label(lay.codec))
+        if key not in seen:
+            seen.add(key)
+            first.append(lay)
+    bench.bar.total = len(first) + max(0, len(codecs) - 1) + 2
+    rows = [bench.measure(lay, "shape") for lay in first]
+    best = _renamed(min(rows, key=lambda r: r.ms_median).layout)
+    for codec in codecs:
+        if codec_label(codec) != codec_label(best.codec):
+            rows.append(bench.measure(replace(best, codec=codec, shards=None), "codec"))
+    best = _renamed(min(rows, key=lambda r: r.ms_median).layout)
+    variants = shard_variants(best, shape, itemsize)
+    bench.bar.total = len(rows) + len(variants)
+    rows += [bench.measure(lay, "shards") for lay in variants]
+    return rows
+
+
+def _renamed(layout: Layout) -> Layout:
+    """Variants of the current layout are not the current layout."""
+    return replace(layout, name="current-shape") if layout.name == "current" else layout
+
+
+class _Bench:
+    """Writes the region once per layout into ``folder`` and times the pattern on it."""
+
+    def __init__(self, da: Any, region: tuple[slice, ...], pattern: Any, folder: Path,
+                 repeats: int, max_run_seconds: float, seed: int, bar: Any) -> None:
+        self.name = str(da.name) if da.name is not None else "data"
+        self.region_da = _copy_region(da, region).rename(self.name)
+        self.shape = tuple(int(s) for s in self.region_da.shape)
+        self.pattern = pattern
+        self.keys = keys_for(pattern if isinstance(pattern, str) else "custom", self.shape, seed)
+        self.folder, self.repeats, self.max_s, self.bar = folder, repeats, max_run_seconds, bar
+        self._n = 0
+        self.best = math.inf  # the lowest median ms per access so far
+
+    def measure(self, layout: Layout, round_: str) -> Measured:
+        from .testing.pagecache import store_files
+
+        self._n += 1
+        path = self.folder / f"candidate-{self._n}.zarr"
+        self.bar.set_postfix_str(layout.label, refresh=False)
+        try:
+            write_s = self._write(path, layout.within(self.shape))
+            files = [f for f in store_files(path / self.name) if f.name != "zarr.json"]
+            disk = sum(f.stat().st_size for f in files)
+            ms, counts, used, decoded, resident = self._runs(path, files)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        self.best = min(self.best, float(statistics.median(ms)))
+        self.bar.update(1)
+        known = [r for r in resident if r is not None]
+        return Measured(layout, tuple(ms), min(counts), used, decoded, disk,
+                        int(self.region_da.nbytes), write_s, max(known) if known else None, round_)
+
+    def _runs(self, path: Path, files: list[Path]) -> tuple[list[float], list[int], float, float, list]:
+        """Cold runs of the pattern; a candidate far slower than the best so far gets one."""
+        from .engine.scheduler import get_engine
+        from .testing.pagecache import evict
+        from .xarray import open_dataset, sources_of
+
+        engine = get_engine()
+        ms: list[float] = []
+        counts, resident, used, decoded = [], [], 0.0, 0.0
+        prefetch = "off" if self.pattern in SCATTERED else "auto"
+        for i in range(self.repeats):
+            resident.append(evict(files, sync=i == 0))  # written back once, dropped every time
+            da = open_dataset(path, prefetch=prefetch)[self.name]
+            src = sources_of(da)[0]
+            before = engine.snapshot()
+            n, secs, nbytes = run(da, self.pattern, self.keys, self.max_s, lambda s=src: _forget(engine, s))
+            delta = engine.snapshot() - before
+            _forget(engine, src)
+            ms.append(1e3 * secs / n)
+            counts.append(n)
+            decoded += delta.bytes_decoded / n
+            used += nbytes / n
+            if ms[0] > RACE_FACTOR * self.best:  # it cannot win: one run says so
+                break
+        return ms, counts, used / len(ms), decoded / len(ms), resident
+
+    def _write(self, path: Path, layout: Layout) -> float:
+        ds = self.region_da.to_dataset()
+        encoding: dict[str, dict[str, Any]] = {
+            self.name: {"chunks": layout.chunks, "shards": layout.shards,
+                        "compressors": compressors(layout.codec), "_FillValue": None}
+        }
+        for c in ds.coords:
+            encoding[str(c)] = {"_FillValue": None}
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr's notes on v3 specifics
+            ds.to_zarr(path, mode="w-", zarr_format=3, encoding=encoding, consolidated=False,
+                       write_empty_chunks=True)
+        return time.perf_counter() - t0
+
+
+def _copy_region(da: Any, region: tuple[slice, ...]) -> Any:
+    """The region's values and coordinates in memory (read through the engine)."""
+    from .engine.scheduler import current_engine
+
+    engine = current_engine()
+    before = set(engine.cache.keys()) if engine is not None else set()
+    out = da[region].load()
+    out.encoding = {}
+    for c in out.coords.values():
+        c.encoding = {k: v for k, v in c.encoding.items() if k in ("units", "calendar", "dtype")}
+    engine = current_engine()
+    if engine is not None:  # the copy is read once: drop what it added to the cache
+        engine.cache.discard([k for k in engine.cache.keys() if k not in before])
+    return out
+
+
+def _forget(engine: Any, source: ChunkSource, timeout: float = 10.0) -> None:
+    """Stop read-ahead of ``source``, let its reads finish, drop its chunks from the cache."""
+    engine.cancel_speculative(source)
+    token = source.token
+    deadline = time.monotonic() + timeout
+    while any(k[0] == token for k in engine.in_flight_keys()) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    engine.cache.discard([k for k in engine.cache.keys() if k[0] == token])
+
+
+def _as_layout(obj: Any, dims: Sequence[Any]) -> Layout:
+    """A :class:`Layout` from a Layout, a dict (chunks/codec/shards/name) or a chunk tuple."""
+    if isinstance(obj, Layout):
         return obj
+    if isinstance(obj, dict) and "chunks" in obj:
+        chunks = obj["chunks"]
+        shards = obj.get("shards")
+        if isinstance(chunks, dict):
+            chunks = tuple(int(chunks[d]) for d in dims)
+        if isinstance(shards, dict):
+            shards = tuple(int(shards[d]) for d in dims)
+        return Layout(tuple(chunks), obj.get("codec", SHAPE_CODEC),
+                      tuple(shards) if shards else None, obj.get("name", ""))
+    if isinstance(obj, (tuple, list)) and all(isinstance(c, (int, np.integer)) for c in obj):
+        return Layout(tuple(int(c) for c in obj))
+    raise ConfigError(f"a candidate must be a Layout, a dict with 'chunks', or a chunk tuple; got {obj!r}")
+
+
+@contextmanager
+def _workspace(workdir: Any, notes: list[str]) -> Iterator[Path]:
+    """A temporary folder for the candidate stores, removed on the way out (whatever happens)."""
+    folder = Path(tempfile.mkdtemp(prefix="tsexplore-advise-", dir=workdir))
+    if _on_tmpfs(folder):
+        notes.append(f"{folder.parent} is in memory (tmpfs): cold reads were memory reads; "
+                     "pass workdir= a folder on the disk the data will live on")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _on_tmpfs(path: Path) -> bool:
+    try:
+        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return False
+    best = max((m for m in mounts if len(m) > 2 and str(path).startswith(m[1])),
+               key=lambda m: len(m[1]), default=None)
+    return best is not None and best[2] in ("tmpfs", "ramfs")
+
+
+@contextmanager
+def _bar(enabled: bool, pattern: str) -> Iterator[Any]:
+    """A tqdm bar over candidates (a widget in a notebook, text in a terminal)."""
+    if not enabled:
+        class _Null:
+            total = 0
+
+            def update(self, n: int) -> None: ...
+            def set_postfix_str(self, s: str, refresh: bool = True) -> None: ...
+
+        yield _Null()
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=0, desc=f"advise {pattern}", unit="layout")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _source_of(obj: Any, variable: str | None) -> tuple[Any, ChunkSource | None]:
+    """The DataArray to advise on and the engine source behind it (None for other arrays)."""
     import xarray as xr
 
     from .xarray import open_dataset, sources_of
@@ -169,10 +471,10 @@ def _source_of(obj: Any, variable: str | None) -> ChunkSource:
         obj = open_dataset(obj)
     if isinstance(obj, xr.Dataset):
         names = [variable] if variable else [n for n in obj.data_vars if obj[n].ndim >= 2]
-        if not names:
-            raise ConfigError("the dataset has no variable with 2 or more dimensions to advise on")
+        if not names or names[0] not in obj.data_vars:
+            raise ConfigError(f"no variable {variable!r} with 2 or more dims to advise on; "
+                              f"the dataset has {list(obj.data_vars)}")
         obj = obj[names[0]]
     found = sources_of(obj)
-    if not found:
-        raise ConfigError("this DataArray is not read through tsexplore; open it with tse.open_dataset")
-    return found[0]
+    src = found[0] if found and tuple(found[0].shape) == tuple(obj.shape) else None
+    return obj, src
