@@ -16,6 +16,7 @@ from . import config, errors
 from .engine import Priority, StatsSnapshot, close_engine, get_engine
 from .engine import snapshot as _snapshot
 from .errors import TsExploreError
+from .rechunk import rechunk  # the function, not the module of the same name (it is light)
 from .sample import sample_data
 from .sources import SyntheticSource
 from .xarray import open_dataset
@@ -114,13 +115,6 @@ def advise(source: Any, pattern: Any = "scrub", **kwargs: Any) -> Any:
     from .advice import advise as _advise
 
     return _advise(source, pattern, **kwargs)
-
-
-def rechunk(source: Any, target: Any, chunks: Any, **kwargs: Any) -> Any:
-    """Write ``source`` to a Zarr v3 store in a new layout; see :mod:`tsexplore.rechunk`."""
-    from .rechunk import rechunk as _rechunk
-
-    return _rechunk(source, target, chunks, **kwargs)
 
 
 class _Session:

@@ -182,9 +182,11 @@ class Advice:
         errs = hv.ErrorBars([(lab, r.ms_median, r.ms_median - min(r.ms), max(r.ms) - r.ms_median)
                              for lab, r in zip(labels, rows)],
                             kdims=["layout"], vdims=["ms per access", "below", "above"])
-        return (bars * errs).opts(
-            hv.opts.Bars(invert_axes=True, width=640, height=max(200, 28 * len(rows)), logx=True,
-                         title=f"tse.advise {self.pattern!r}: ms per access (lower is better)",
+        chart = (bars * errs).relabel(f"tse.advise {self.pattern!r}: ms per access (lower is better)")
+        if not hv.Store.renderers:  # styling needs a plotting extension: hv.extension("bokeh")
+            return chart
+        return chart.opts(
+            hv.opts.Bars(invert_axes=True, width=680, height=max(200, 26 * len(rows)), logx=True,
                          tools=["hover"], color="#4c78a8"),
             hv.opts.ErrorBars(invert_axes=True),
         )
