@@ -177,11 +177,13 @@ class Advice:
 
         rows = self.rows[:top]
         labels = [r.layout.label for r in rows]
-        bars = hv.Bars([(lab, r.ms_median) for lab, r in zip(labels, rows)], kdims=["layout"],
-                       vdims=["ms per access"])
+        lo = min(min(r.ms) for r in rows) / 2
+        hi = max(max(r.ms) for r in rows) * 2
+        ms = hv.Dimension("ms per access", range=(lo, hi))  # log axis: no bar may start at 0
+        bars = hv.Bars([(lab, r.ms_median) for lab, r in zip(labels, rows)], kdims=["layout"], vdims=[ms])
         errs = hv.ErrorBars([(lab, r.ms_median, r.ms_median - min(r.ms), max(r.ms) - r.ms_median)
                              for lab, r in zip(labels, rows)],
-                            kdims=["layout"], vdims=["ms per access", "below", "above"])
+                            kdims=["layout"], vdims=[ms, "below", "above"])
         chart = (bars * errs).relabel(f"tse.advise {self.pattern!r}: ms per access (lower is better)")
         if not hv.Store.renderers:  # styling needs a plotting extension: hv.extension("bokeh")
             return chart
