@@ -13,7 +13,7 @@ import xarray as xr
 
 import tsexplore as tse
 import tsexplore.xarray as tx
-from tsexplore._layout import Layout
+from tsexplore._layout import ADVISE_CODECS, Layout
 from tsexplore.errors import ConfigError
 from tsexplore.testing.wrappers import LatencySource
 
@@ -69,14 +69,14 @@ def test_winner_is_the_argmin_of_the_measured_table(small_cube: Path) -> None:
 
 @pytest.mark.parametrize("slow", [SERIES, FRAMES])
 def test_a_candidate_made_slow_loses(small_cube: Path, monkeypatch: pytest.MonkeyPatch, slow: Layout) -> None:
-    """Whichever layout is slowed (40 ms per chunk read) loses: the winner is measured, not
+    """Whichever layout is slowed (150 ms per chunk read) loses: the winner is measured, not
     modelled (a model would pick the series layout for profiles every time)."""
-    wrapped = slowed(monkeypatch, slow.chunks, 0.04)
+    wrapped = slowed(monkeypatch, slow.chunks, 0.15)
     advice = tse.advise(small_cube, "profile", candidates=[SERIES, FRAMES], **FAST)
     assert wrapped, "the slowed candidate was never opened"
     assert advice.winner != slow
     (slowed_row,) = [r for r in advice.rows if r.layout == slow]
-    assert min(slowed_row.ms) >= 40  # at least one waiting read per access
+    assert min(slowed_row.ms) >= 150  # at least one waiting read per access
     assert advice.rows[-1].layout == slow
 
 
@@ -110,8 +110,9 @@ def test_default_search_measures_shapes_codecs_and_shards(small_cube: Path) -> N
     assert rounds == {"shape", "codec", "shards"}
     (current,) = [r for r in advice.rows if r.layout.name == "current"]
     assert current.layout.chunks == (8, 64, 64) and current.layout.codec == "blosc-zstd-1"
-    codecs = {r.layout.codec for r in advice.rows if r.round == "codec"}
-    assert {"none", "zstd-1", "blosc-zstd-1"} <= codecs
+    (best_shape,) = {r.layout.chunks for r in advice.rows if r.round == "codec"}
+    codecs = {r.layout.codec for r in advice.rows if r.layout.chunks == best_shape and not r.layout.shards}
+    assert set(ADVISE_CODECS) <= codecs  # every codec measured on the fastest shape
     for r in advice.rows:
         if r.layout.codec == "none":
             assert r.ratio == pytest.approx(1.0, rel=0.01)  # plus the shard index, if any
