@@ -266,8 +266,11 @@ def advise(
                      "after eviction: runs were not fully cold")
     if src is not None and getattr(src, "remote", False):
         notes.append("the source is remote; candidates were measured on local disk")
+    if "scale_factor" in da.encoding or "add_offset" in da.encoding:
+        notes.append("the source is packed (scale_factor/add_offset); candidates hold the "
+                     f"decoded {da.dtype} values, so their compression differs from a packed copy")
     return Advice(
-        pattern=name, variable=str(da.name), dims=tuple(map(str, da.dims)), shape=shape,
+        pattern=name, variable=bench.name, dims=tuple(map(str, da.dims)), shape=shape,
         region=tuple((s.start, s.stop) for s in region), current=current, rows=tuple(rows),
         seconds=time.perf_counter() - t_start, notes=tuple(notes), source=source,
     )
