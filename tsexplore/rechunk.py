@@ -1,10 +1,11 @@
 """``tse.rechunk(source, target, chunks=...)``: write a whole array in a new layout (Zarr v3).
 
-The plan is rechunker's (:func:`rechunker.algorithm.rechunking_plan`): read chunks that are
-whole multiples of the source's chunks, write chunks that are whole multiples of the target's
-chunks (or shards), each at most a share of ``max_mem``; when no single read can be aligned
-with the writes within that memory, the data goes through an intermediate Zarr store in
-``temp_dir`` first (removed afterwards). Dask runs the copy on ``workers`` threads; values
+The plan uses rechunker's algorithm (:mod:`rechunker.algorithm`): when a block aligned with
+both the source's chunks and the target's chunks (or shards) fits a share of ``max_mem``, each
+task copies such blocks directly (grown by ``consolidate_chunks``); otherwise
+``rechunking_plan`` gives read chunks (whole source chunks) and write chunks (whole target
+chunks), and the data goes through an intermediate Zarr store in ``temp_dir`` first (removed
+afterwards). Dask runs the copy on ``workers`` threads; values
 are read through the engine as one-pass reads (nothing is kept in the cache) and written by
 xarray's ``to_zarr``, so attributes, coordinates and CF encodings are kept and the result
 opens through tsexplore equal to the source.
@@ -155,7 +156,7 @@ def _per_dim(spec: Any, var: Any, default: Sequence[int]) -> tuple[int, ...]:
 def _plan(name: str, var: Any, chunks: Any, codec: Any, shards: Any, task_mem: int,
           budget: int) -> dict[str, Any]:
     """Target chunks, shards, codec and rechunker's read/intermediate/write chunks."""
-    from rechunker.algorithm import rechunking_plan
+    from rechunker.algorithm import consolidate_chunks, rechunking_plan
 
     from ._layout import check_layout
     from .xarray import sources_of
@@ -185,11 +186,16 @@ def _plan(name: str, var: Any, chunks: Any, codec: Any, shards: Any, task_mem: i
             f"{format_bytes(RESERVE)}: raise max_mem or pass fewer workers"
         )
     shape = tuple(max(1, int(s)) for s in var.shape)
+    unit = tuple(min(u, s) for u, s in zip(unit, shape))
+    # blocks aligned with both grids: a direct copy when one fits (rechunker's plan grows the
+    # last axes first and goes through an intermediate store even then)
+    block = tuple(min(math.lcm(a, b), s) for a, b, s in zip(now.chunks, unit, shape))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rechunker's ExcessiveIOWarning: the plan is still valid
-        read, inter, write = rechunking_plan(
-            shape, now.chunks, tuple(min(u, s) for u, s in zip(unit, shape)), itemsize, task_mem
-        )
+        if math.prod(block) * itemsize <= task_mem:
+            read = inter = write = consolidate_chunks(shape, block, itemsize, task_mem)
+        else:
+            read, inter, write = rechunking_plan(shape, now.chunks, unit, itemsize, task_mem)
     read, inter, write = (tuple(int(c) for c in x) for x in (read, inter, write))
     return {
         "chunks": tgt, "shards": shard, "read": read, "write": write,
