@@ -3,9 +3,10 @@
 Each step runs in its own child process (``python -m benchmarks._run advise <step>``):
 
 - ``advise``: ``tse.advise(cube, --pattern, budget_bytes=--budget)``; its wall time and winner;
-- ``rechunk``: ``tse.rechunk(cube, copy, <the winner>, max_mem=--max-mem)`` of the whole cube;
-  wall time, bytes written, and the child's peak RSS (``VmHWM``: ``ru_maxrss`` of a child
-  also counts the parent it was forked from);
+- ``rechunk``: ``tse.rechunk(cube, copy, <the winner>, max_mem=--max-mem)`` of the whole cube,
+  then ``fdatasync`` of every file written (as ``dd conv=fdatasync``); wall time with and
+  without the flush, bytes written, and the child's peak RSS (``VmHWM``: ``ru_maxrss`` of a
+  child also counts the parent it was forked from);
 - ``profile-current`` / ``profile-rechunked``: ``--pixels`` random pixels' time series
   ``temp[:, y, x]``, each read cold (the store's files dropped from the page cache, a fresh
   open: an empty engine cache), median ms per series; ``--repeat`` rounds, interleaved.
@@ -67,6 +68,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
     import xarray.backends.zarr  # noqa: F401
 
     import tsexplore as tse
+    from tsexplore.testing.pagecache import evict
 
     sampler.mark_baseline()
     t0 = time.perf_counter()
@@ -85,10 +87,14 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
         out = tse.rechunk(params["path"], params["target"], chunks=dict(zip(dims, params["chunks"])),
                           codec=params["codec"], shards=shards, max_mem=params["max_mem"],
                           overwrite=True, progress=False)
+        unflushed = time.perf_counter() - t0
+        files = [f for f in Path(out).rglob("*") if f.is_file()]
+        evict(files, sync=True)  # on disk, as dd's conv=fdatasync is (and out of the page cache)
         elapsed = time.perf_counter() - t0
-        written = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
-        return {"elapsed_s": elapsed, "written_mb": written / 1e6, "write_mb_s": written / elapsed / 1e6,
-                "decoded_gb_s": params["nbytes"] / elapsed / 1e9, "vmhwm_mb": _vmhwm_mb()}
+        written = sum(f.stat().st_size for f in files)
+        return {"elapsed_s": elapsed, "unflushed_s": unflushed, "written_mb": written / 1e6,
+                "write_mb_s": written / elapsed / 1e6, "decoded_gb_s": params["nbytes"] / elapsed / 1e9,
+                "vmhwm_mb": _vmhwm_mb()}
     times = _cold_series_ms(params["store"], params["pixels"])
     return {"elapsed_s": time.perf_counter() - t0, "series_ms": statistics.median(times),
             "series_ms_p95": sorted(times)[int(0.95 * (len(times) - 1))]}
@@ -177,7 +183,8 @@ def _document(args: Any, spec: common.DataSpec, runs: dict[str, list[dict[str, A
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "environment": report.environment(),
         "advise": {k: adv[k] for k in ("elapsed_s", "winner", "sure", "margin", "speedup_in_advise", "notes")},
-        "rechunk": {k: rc.get(k) for k in ("elapsed_s", "written_mb", "write_mb_s", "decoded_gb_s", "vmhwm_mb")},
+        "rechunk": {k: rc.get(k) for k in ("elapsed_s", "unflushed_s", "written_mb", "write_mb_s",
+                                           "decoded_gb_s", "vmhwm_mb")},
         "disk_write_mb_s": disk,
         "profile_ms": {"current": before, "rechunked": after, "speedup": before / after if after else None},
         "targets": [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from .errors import ConfigError
 
@@ -40,7 +40,8 @@ def compressors(codec: Any) -> tuple[Any, ...]:
                 shuffle = parts[3] if len(parts) == 4 else "shuffle"
                 level = int(parts[2]) if len(parts) >= 3 else 5
                 if shuffle in SHUFFLES and 0 <= level <= 9:
-                    return (BloscCodec(cname=parts[1], clevel=level, shuffle=shuffle),)
+                    cname: Any = parts[1]  # zarr checks the name
+                    return (BloscCodec(cname=cname, clevel=level, shuffle=cast(Any, shuffle)),)
             if parts[0] == "zstd" and len(parts) <= 2:
                 return (ZstdCodec(level=int(parts[1]) if len(parts) == 2 else 3),)
             if parts[0] == "gzip" and len(parts) <= 2:

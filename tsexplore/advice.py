@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -353,7 +354,7 @@ class _Bench:
             da = open_dataset(path, prefetch=prefetch)[self.name]
             src = sources_of(da)[0]
             before = engine.snapshot()
-            n, secs, nbytes = run(da, self.pattern, self.keys, self.max_s, lambda s=src: _forget(engine, s))
+            n, secs, nbytes = run(da, self.pattern, self.keys, self.max_s, partial(_forget, engine, src))
             delta = engine.snapshot() - before
             _forget(engine, src)
             ms.append(1e3 * secs / n)
