@@ -29,6 +29,7 @@ from tsexplore.errors import (
     ChunkReadError,
     ConfigError,
     EngineClosedError,
+    WrongThreadError,
     ReadTimeoutError,
     RequestCancelledError,
 )
@@ -272,7 +273,7 @@ def test_blocking_read_on_the_io_loop_is_refused() -> None:
     async def inside() -> None:
         eng.fetch(src, [(0, 0)])
 
-    with pytest.raises(EngineClosedError, match="own I/O loop"):
+    with pytest.raises(WrongThreadError, match="own I/O loop"):
         eng.run_coroutine(inside(), timeout=5)
 
 

@@ -111,7 +111,7 @@ def advise(source: Any, pattern: str = "scrub", *, samples: int = 4, variable: s
     if pattern not in PATTERNS:
         raise ConfigError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
     src = _source_of(source, variable)
-    from .engine.scheduler import get_engine
+    from .engine import get_engine
 
     engine = get_engine()
     rng = np.random.default_rng(0)

@@ -32,7 +32,7 @@ import numpy as np
 
 from .engine.array import read_selection
 from .engine.planning import plan_selection
-from .engine.scheduler import current_engine, get_engine
+from .engine import current_engine, get_engine
 from .errors import ConfigError, RequestCancelledError, TsExploreError
 from .sources.base import ChunkIndex, ChunkSource
 

@@ -11,7 +11,7 @@ from xarray.backends import BackendEntrypoint
 from xarray.core import indexing
 
 from .engine.array import StreamingArray
-from .engine.scheduler import get_engine, set_cache_bytes
+from .engine import get_engine, set_cache_bytes
 from .errors import ConfigError
 from .sources import SourceGroup, open_group
 

@@ -15,7 +15,10 @@ from .. import config
 from ..errors import TsExploreError
 from ..sources.base import ChunkSource
 from .planning import SelectionPlan, finish, plan_selection, take_piece
-from .scheduler import Priority, get_engine, wait_all
+from .blocking import wait_all
+from .loop import on_read_thread
+from .process import get_engine
+from .types import Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -49,9 +52,9 @@ def read_selection(
             "select a smaller region, or use tse.reduce / open_dataset(chunks={}) to stream it"
         )
     engine = get_engine()
-    engine._check_caller()
+    engine.check_blocking_allowed()
     indices = list(plan.chunk_indices())
-    if engine.in_worker_thread():  # a source reading engine data: no queueing behind ourselves
+    if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
     items = engine.request_mixed(
         source, indices, priority, channel=channel, generation=generation, cache=cache

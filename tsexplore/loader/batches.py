@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..engine.scheduler import get_engine
+from ..engine import get_engine
 from ..errors import ConfigError, missing_dependency
 from .plan import EpochPlan, WindowGrid, epoch_plan, shuffle_quality
 from .variables import DeferredRegion, LoaderVariable, PendingRegion, resolve_variable

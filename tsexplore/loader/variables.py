@@ -17,7 +17,7 @@ import numpy as np
 
 from ..engine.array import StreamingArray, assemble
 from ..engine.planning import SelectionPlan, finish, plan_selection, take_piece
-from ..engine.scheduler import Engine, Priority, wait_all
+from ..engine import Engine, Priority, wait_all
 from ..sources import ArraySource, ChunkSource
 
 _PASS_THROUGH = ("MemoryCachedArray", "CopyOnWriteArray")

@@ -13,9 +13,10 @@ engine runs those on its thread pool. Asynchronous sources (remote stores) imple
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,19 @@ import numpy as np
 from ..errors import IndexingError
 
 ChunkIndex = tuple[int, ...]
+
+#: who counts the retries of the read running in this context: the engine sets it for each
+#: read it makes (an asyncio task, or the thread of an inline read); None outside the engine
+retry_counter: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "tsexplore_retry_counter", default=None
+)
+
+
+def count_retry() -> None:
+    """Report one retried request of the read in progress (a source calls this)."""
+    counter = retry_counter.get()
+    if counter is not None:
+        counter()
 
 
 class ChunkSource:
@@ -36,7 +50,9 @@ class ChunkSource:
     chunks: tuple[int, ...]
     fill_value: Any = None
     attrs: Mapping[str, Any]
-    #: True when reads block a thread (local files, decoders); False for async network reads
+    #: True when ``read_chunk_counted`` is a coroutine that waits on the network (it runs on
+    #: the engine's I/O loop); False when reads block a thread (local files, decoders: they
+    #: run on the engine's read threads through ``read_chunk_sync``)
     is_async: bool = False
     #: a hint of the latency of one read in seconds (None: unknown, learned by the engine)
     latency_hint: float | None = None

@@ -32,12 +32,11 @@ from ..errors import (
     RemoteReadError,
     SourceError,
 )
-from .base import ChunkIndex, ChunkSource
+from .base import ChunkIndex, ChunkSource, count_retry
 from .codecs import chain_from_zarr
 
 RETRY_STATUS = {408, 429}
 _async_fs: dict[tuple[int, str, str], Any] = {}
-retry_hook: list[Any] = []  # the engine appends a callable counting retries
 
 
 def _is_remote(url: str) -> bool:
@@ -231,8 +230,7 @@ class ZarrSource(ChunkSource):
                         source=self.token,
                         index=tuple(index),
                     ) from exc
-                for hook in retry_hook:
-                    hook()
+                count_retry()
                 delay = settings.retry_backoff * (2**attempt) * (0.5 + random.random())
                 attempt += 1
                 await asyncio.sleep(delay)
