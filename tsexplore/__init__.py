@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import accessor as _accessor  # noqa: F401 - registers the .tse accessor
 from . import config, errors
 from .engine import Priority, StatsSnapshot, close_engine, get_engine
 from .engine import snapshot as _snapshot

@@ -159,11 +159,13 @@ def advise(source: Any, pattern: str = "scrub", *, samples: int = 4, variable: s
 
 
 def _source_of(obj: Any, variable: str | None) -> ChunkSource:
+    """The source to measure: ``obj`` itself, or exactly the selection a DataArray holds."""
     if isinstance(obj, ChunkSource):
         return obj
     import xarray as xr
 
-    from .xarray import open_dataset, sources_of
+    from .resolve import resolve
+    from .xarray import open_dataset
 
     if not isinstance(obj, (xr.Dataset, xr.DataArray)):
         obj = open_dataset(obj)
@@ -172,7 +174,4 @@ def _source_of(obj: Any, variable: str | None) -> ChunkSource:
         if not names:
             raise ConfigError("the dataset has no variable with 2 or more dimensions to advise on")
         obj = obj[names[0]]
-    found = sources_of(obj)
-    if not found:
-        raise ConfigError("this DataArray is not read through tsexplore; open it with tse.open_dataset")
-    return found[0]
+    return resolve(obj).as_source()

@@ -1,4 +1,7 @@
-"""The xarray face: ``open_dataset``, the ``engine="tsexplore"`` backend and the ``.tse`` accessor."""
+"""The xarray face: ``open_dataset`` and the ``engine="tsexplore"`` backend.
+
+The ``.tse`` accessor lives in :mod:`tsexplore.accessor` (it calls the layers above this one).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from xarray.core import indexing
 from .engine.array import StreamingArray
 from .engine import get_engine, set_cache_bytes
 from .errors import ConfigError
+from .resolve import sources_of  # noqa: F401 - kept importable from here
 from .sources import SourceGroup, open_group
 
 PREFETCH_POLICIES = ("auto", "off", "momentum", "neighbourhood")
@@ -133,91 +137,3 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
         return os.fspath(filename_or_obj).rstrip("/").endswith((".zarr", ".npy"))
-
-
-def sources_of(obj: xr.Dataset | xr.DataArray) -> list[Any]:
-    """The engine sources behind the variables of ``obj`` (unwrapping xarray's lazy layers)."""
-    found = []
-    variables = obj.variables.values() if isinstance(obj, xr.Dataset) else [obj.variable]
-    for var in variables:
-        data: Any = var._data
-        for _ in range(16):
-            if isinstance(data, StreamingArray):
-                found.append(data.source)
-                break
-            inner = getattr(data, "array", None)
-            if inner is None:
-                break
-            data = inner
-    return found
-
-
-class _Accessor:
-    def __init__(self, obj: Any) -> None:
-        self._obj = obj
-
-    def stats(self) -> Any:
-        """The engine's statistics (one engine serves the whole process)."""
-        from .engine import snapshot
-
-        return snapshot()
-
-    @property
-    def sources(self) -> list[Any]:
-        return sources_of(self._obj)
-
-    def explore(self, **kwargs: Any) -> Any:
-        """An Explorer widget on this object (needs the ``lab`` extra)."""
-        from . import explore
-
-        return explore(self._obj, **kwargs)
-
-
-class _ReduceMethods:
-    """``da.tse.mean("time")`` and friends: streaming reductions through the engine."""
-
-    _obj: Any
-
-    def reduce(self, op: str, dim: Any = None, **kwargs: Any) -> Any:
-        from .compute import reduce as _reduce
-
-        return _reduce(self._obj, op, dim=dim, **kwargs)
-
-    def sum(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("sum", dim, **kwargs)
-
-    def mean(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("mean", dim, **kwargs)
-
-    def var(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("var", dim, **kwargs)
-
-    def std(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("std", dim, **kwargs)
-
-    def min(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("min", dim, **kwargs)
-
-    def max(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("max", dim, **kwargs)
-
-    def count(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("count", dim, **kwargs)
-
-    def histogram(self, bins: Any = 64, range: Any = None, dim: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        return self.reduce("histogram", dim, bins=bins, range=range, **kwargs)
-
-    def batches(self, sample: Any, **kwargs: Any) -> Any:
-        from .loader import batches as _batches
-
-        return _batches(self._obj, sample, **kwargs)
-
-
-@xr.register_dataset_accessor("tse")
-class DatasetAccessor(_Accessor):
-    """``ds.tse``: statistics, sources and the Explorer."""
-
-
-@xr.register_dataarray_accessor("tse")
-class DataArrayAccessor(_Accessor, _ReduceMethods):
-    """``da.tse``: statistics, sources, the Explorer and streaming reductions."""

@@ -18,6 +18,7 @@ from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .blocking import wait_all
 from .loop import on_read_thread
 from .process import get_engine
+from .scheduler import Engine
 from .types import Priority
 
 
@@ -36,8 +37,11 @@ def read_selection(
     observe: bool | None = None,
     copy: bool = True,
     cache: bool = True,
+    engine: Engine | None = None,
 ) -> np.ndarray:
     """Read an orthogonal selection of ``source`` through the engine (cache, prefetch, stats).
+
+    ``engine``: the engine to read through (default: the process-wide one).
 
     ``observe``: show the read to the prefetcher (default: VISIBLE reads only).
     ``copy=False``: a selection inside one chunk comes back as a read-only view of the
@@ -51,7 +55,7 @@ def read_selection(
             f"this selection of {source!r} would need {nbytes / 2**30:.1f} GiB in memory; "
             "select a smaller region, or use tse.reduce / open_dataset(chunks={}) to stream it"
         )
-    engine = get_engine()
+    engine = get_engine() if engine is None else engine
     engine.check_blocking_allowed()
     indices = list(plan.chunk_indices())
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves

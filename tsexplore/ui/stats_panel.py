@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import live_controllers
-from ..engine import snapshot
+from ..engine import current_engine, snapshot
 from ..errors import ConfigError
 from ._kernel import Timer, bokeh_widget
+from .planes import chunk_states, live_controllers
 
 COLUMNS = (
     "t", "hit_ratio", "read_mbs", "q_visible", "q_planned", "q_speculative",
@@ -136,7 +136,7 @@ class StatsPanel:
         self.source.stream({k: [float(v)] for k, v in row.items()}, rollover=self.history_length)
         ctl = self._controller()
         if ctl is not None and not ctl.closed:
-            states, window = ctl.chunk_states()
+            states, window = chunk_states(current_engine(), ctl)  # never starts an engine
             counts = np.bincount(states.ravel(), minlength=3)
             title = f"{counts[2]} cached · {counts[1]} in flight · {counts[0]} not loaded"
             gy0, gy1, gx0, gx1 = window
