@@ -137,7 +137,8 @@ class SyncChunkSource(ChunkSource):
 
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.read_chunk_sync, index)
+        context = contextvars.copy_context()  # the read thread reports to this read's counter
+        return await loop.run_in_executor(None, context.run, self.read_chunk_sync, index)
 
 
 def normalize_chunks(
