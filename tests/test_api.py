@@ -308,40 +308,6 @@ def test_engine_and_sources_never_import_gui_code(layer: str) -> None:
     assert not offenders, offenders
 
 
-def test_imports_point_down_only() -> None:
-    upper = {
-        "sources": (
-            "tsexplore.engine",
-            "tsexplore.xarray",
-            "tsexplore.ui",
-            "tsexplore.controller",
-            "tsexplore.compute",
-            "tsexplore.loader",
-        ),
-        "engine": (
-            "tsexplore.xarray",
-            "tsexplore.ui",
-            "tsexplore.controller",
-            "tsexplore.compute",
-            "tsexplore.loader",
-        ),
-    }
-    offenders = []
-    for layer, banned in upper.items():
-        for f in sorted((PACKAGE / layer).rglob("*.py")):
-            for name, line in _imports(f):
-                if name.startswith(banned):
-                    offenders.append(f"{f.relative_to(PACKAGE)}:{line} imports {name}")
-    assert not offenders, offenders
-
-
-def test_the_layering_check_sees_relative_imports(tmp_path: Path) -> None:
-    """Guard the checker itself: relative and lazy imports resolve to absolute names."""
-    names = {n for n, _ in _imports(PACKAGE / "engine" / "scheduler.py")}
-    assert "tsexplore.engine.cache" in names and "tsexplore.sources" in names
-    assert "tsexplore.engine.prefetch" in names  # imported lazily inside a method
-
-
 def test_empty_negative_step_slice_reads_nothing() -> None:
     """xarray's decompose_indexer raises on these for every backend; the engine's array not."""
     ds = tse.open_dataset(np.arange(1, dtype="int16"))

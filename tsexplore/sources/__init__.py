@@ -7,14 +7,13 @@ sources plus eager coordinates and attributes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import UnsupportedSourceError
-from .base import ChunkIndex, ChunkSource, SyncChunkSource, normalize_chunks
+from .base import ChunkIndex, ChunkSource, SourceGroup, SyncChunkSource, normalize_chunks
 from .memory import ArraySource
 from .npy import MemmapSource, open_npy
 from .synthetic import SyntheticSource
@@ -33,15 +32,6 @@ __all__ = [
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
-
-
-@dataclass
-class SourceGroup:
-    """Everything needed to build an xarray.Dataset over engine-backed variables."""
-
-    variables: dict[str, ChunkSource]
-    coords: dict[str, tuple[tuple[str, ...], np.ndarray, dict]] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 def _is_zarr_path(path: str) -> bool:

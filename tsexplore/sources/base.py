@@ -17,6 +17,7 @@ import contextvars
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,15 @@ class SyncChunkSource(ChunkSource):
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()  # the read thread reports to this read's counter
         return await loop.run_in_executor(None, context.run, self.read_chunk_sync, index)
+
+
+@dataclass
+class SourceGroup:
+    """Everything needed to build an xarray.Dataset over engine-backed variables."""
+
+    variables: dict[str, ChunkSource]
+    coords: dict[str, tuple[tuple[str, ...], np.ndarray, dict]] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 def normalize_chunks(

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, CorruptChunkError, SourceError
-from .base import ChunkIndex, SyncChunkSource
+from .base import ChunkIndex, SourceGroup, SyncChunkSource
+from .memory import ArraySource
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 _NATIVE_MODES = {"I;16": np.uint16, "I;16B": np.uint16, "I;16L": np.uint16, "I": np.int32, "F": np.float32}
@@ -160,8 +161,6 @@ def open_image_folder(path: str | os.PathLike[str], size: Any = None, pattern: s
     all images must already share one size. ``pattern``: a glob on file names (default:
     every ``*.png``, ``*.jpg``, ``*.jpeg``, ``*.tif``, ``*.tiff``).
     """
-    from . import ArraySource, SourceGroup
-
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
         raise SourceError(f"{os.fspath(path)!r} is not a folder")

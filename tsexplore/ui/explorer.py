@@ -139,13 +139,16 @@ class Explorer:
         self.widget = w.HBox(children)
         self.widget.add_class("tsexplore-explorer")
 
+        self._observe_controls()
+        self._build()
+
+    def _observe_controls(self) -> None:
         self.var_picker.observe(self._on_var, "value")
-        self.y_picker.observe(self._on_dims, "value")
-        self.x_picker.observe(self._on_dims, "value")
+        for picker in (self.y_picker, self.x_picker):
+            picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
         for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
             ctl.observe(self._on_clim, "value")
-        self._build()
 
     # -- building --------------------------------------------------------------------------
     def _build(self) -> None:
