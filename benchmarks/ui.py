@@ -99,7 +99,7 @@ def coalescing(events: int = 1000, seconds: float = 1.0, latency: float = 0.05) 
     src = SyntheticSource((events, 256, 256), (1, 256, 256), latency=latency)
     src.prefetch = "off"
     try:
-        with ViewController(src, PlaneGeometry.of(src, "y", "x")) as ctl:
+        with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=tse.get_engine()) as ctl:
             start = time.perf_counter()
             worst = 0.0
             for i in range(events):

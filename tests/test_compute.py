@@ -14,7 +14,6 @@ from tsexplore.compute import ReductionCancelledError, ReductionJob
 from tsexplore.compute.feed import feed_for
 from tsexplore.compute.job import JobTimeoutError
 from tsexplore.engine import get_engine
-from tsexplore.resolve import SelectionSource
 from tsexplore.errors import (
     BackendUnavailableError,
     ChunkReadError,
@@ -22,7 +21,8 @@ from tsexplore.errors import (
     MissingDependencyError,
     TsExploreError,
 )
-from tsexplore.sources import ArraySource, SyntheticSource
+from tsexplore.resolve import SelectionSource
+from tsexplore.sources import SyntheticSource
 
 OPS = ("sum", "mean", "var", "std", "min", "max", "count")
 DIMS = (None, "time", ["y", "x"], "x", ["time", "x"])

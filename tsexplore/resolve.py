@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -33,7 +33,7 @@ from .sources.base import ChunkIndex, ChunkSource, SyncChunkSource
 from .sources.memory import ArraySource
 
 #: one part of a selection: a fixed index (the axis is dropped), a range or an index array
-Part = Union[int, range, np.ndarray]
+Part = int | range | np.ndarray
 _PASS_THROUGH = (indexing.CopyOnWriteArray, indexing.MemoryCachedArray)
 WHAT_TO_DO = (
     "Open the data with tse.open_dataset(...) and select with .isel/.sel (those stay "
@@ -146,7 +146,8 @@ class Resolved:
                 chunks.append(max(1, min(n, clen // -part.step)))
                 origin.append(0)
             else:
-                span = int(part.max() - part.min() + 1) if len(part) else 1  # type: ignore[union-attr]
+                arr = np.asarray(part)
+                span = int(arr.max() - arr.min() + 1) if arr.size else 1
                 chunks.append(max(1, min(n, clen * n // span)))
                 origin.append(0)
         return tuple(chunks), tuple(origin)

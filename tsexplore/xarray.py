@@ -13,8 +13,8 @@ import xarray as xr
 from xarray.backends import BackendEntrypoint
 from xarray.core import indexing
 
-from .engine.array import StreamingArray
 from .engine import get_engine, set_cache_bytes
+from .engine.array import StreamingArray
 from .errors import ConfigError
 from .resolve import sources_of  # noqa: F401 - kept importable from here
 from .sources import SourceGroup, open_group

@@ -27,7 +27,16 @@ from ..engine.array import read_selection
 from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkSource
-from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState, resolve, robust_range, to_uint8
+from .planning import (
+    Frame,
+    PlaneGeometry,
+    Range,
+    ViewRequest,
+    ViewState,
+    resolve,
+    robust_range,
+    to_uint8,
+)
 from .profile import Profile, stream_profile
 
 #: seconds between two partial profiles sent to the view while one streams

@@ -14,9 +14,9 @@ from xarray.core import indexing
 from .. import config
 from ..errors import TsExploreError
 from ..sources.base import ChunkSource
-from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .blocking import wait_all
 from .loop import on_read_thread
+from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .process import get_engine
 from .scheduler import Engine
 from .types import Priority

@@ -10,7 +10,7 @@ local reads all run on it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -25,8 +25,8 @@ def look_ahead(
     *,
     ahead: int,
     hint: Callable[[list[T]], None] | None = None,
-    abandon: Callable[[H], None] | None = None,
-) -> Iterator[tuple[T, R]]:
+    abandon: Callable[[H], object] | None = None,
+) -> Generator[tuple[T, R], None, None]:
     """Yield ``(item, wait(item, issue(item)))`` for each item, ``ahead`` issued in advance.
 
     ``hint(batch)`` is called with items not hinted before, up to ``2 * ahead`` past the

@@ -35,7 +35,7 @@ from ..sources.base import ChunkIndex, ChunkSource
 from .blocking import BlockingReads
 from .cache import ChunkCache
 from .checked import CheckedReader
-from .loop import IOLoop, apply_switch_interval, on_read_thread
+from .loop import IOLoop, apply_switch_interval
 from .prefetch import Prefetcher
 from .reads import KINDS, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
@@ -92,10 +92,6 @@ class Engine(BlockingReads):
         """Raise unless a blocking read may run here: the engine is open, not its I/O thread."""
         self._check_open()
         self._io.check_blocking_allowed()
-
-    def in_worker_thread(self) -> bool:
-        """True on one of the engine's read threads (a source reading another engine array)."""
-        return on_read_thread()
 
     # -- requests ----------------------------------------------------------------------------
     def key(self, source: ChunkSource, index: ChunkIndex) -> ChunkKey:

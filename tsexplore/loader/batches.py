@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,7 +302,7 @@ class Batches:
 
     def _read_blocks(
         self, read_order: list[int], regions: list[tuple[slice, ...]]
-    ) -> Iterator[tuple[int, list[np.ndarray]]]:
+    ) -> Generator[tuple[int, list[np.ndarray]], None, None]:
         """``(block, arrays)`` in ``read_order``, ``self.ahead`` blocks requested in advance."""
         engine = get_engine()
         stats = self.stats

@@ -423,9 +423,11 @@ class Explorer:
 
     def _send_profile(self, controller: Any, profile: Profile, title: str) -> None:
         """Paint ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
-        if controller is self.controller and profile.generation == controller.profile_generation:
-            self.profile_source.data = {"x": np.arange(profile.values.size), "y": profile.values}
-            self.profile_figure.title.text = title
+        current = self.controller
+        if current is None or controller is not current or profile.generation != current.profile_generation:
+            return
+        self.profile_source.data = {"x": np.arange(profile.values.size), "y": profile.values}
+        self.profile_figure.title.text = title
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
