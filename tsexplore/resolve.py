@@ -248,6 +248,12 @@ def _is_dask(data: Any) -> bool:
     return hasattr(data, "dask") and hasattr(data, "chunks") and hasattr(data, "name")
 
 
+def _describe(obj: Any, var: xr.Variable) -> str:
+    name = getattr(obj, "name", None)
+    label = f"variable {name!r}" if name is not None else "this variable"
+    return f"{label} (dims {tuple(map(str, var.dims))}, shape {var.shape}, {var.dtype})"
+
+
 def _why_not(data: Any) -> str:
     """Why the layer ``data`` is not a selection of a source, in words."""
     if isinstance(data, np.ndarray) or isinstance(data, indexing.NumpyIndexingAdapter):
@@ -274,7 +280,9 @@ def resolve(obj: Any) -> Resolved:
     if _is_dask(data):
         src = dask_source(data)
         if src is None:
-            raise NotStreamableError(f"this variable cannot be streamed from its store: {_why_not(data)}. {WHAT_TO_DO}")
+            raise NotStreamableError(
+                f"{_describe(obj, var)} cannot be streamed from its store: {_why_not(data)}. {WHAT_TO_DO}"
+            )
         found = Resolved.whole(src)
     else:
         for _ in range(64):
@@ -287,7 +295,7 @@ def resolve(obj: Any) -> Resolved:
                 data = data.array
             else:
                 raise NotStreamableError(
-                    f"this variable cannot be streamed from its store: {_why_not(data)}. {WHAT_TO_DO}"
+                    f"{_describe(obj, var)} cannot be streamed from its store: {_why_not(data)}. {WHAT_TO_DO}"
                 )
         else:  # pragma: no cover - xarray never nests this deep
             raise NotStreamableError(f"too many lazy layers around this variable. {WHAT_TO_DO}")
@@ -296,8 +304,8 @@ def resolve(obj: Any) -> Resolved:
             found = found.sub(key)
     if found.shape != tuple(var.shape) or found.dtype != np.dtype(var.dtype):
         raise NotStreamableError(
-            f"this variable ({var.dtype}, shape {var.shape}) is not a selection of its source "
-            f"({found.dtype}, shape {found.shape}): CF decoding or a cast changed its values. {WHAT_TO_DO}"
+            f"{_describe(obj, var)} is not a selection of its source ({found.dtype}, shape "
+            f"{found.shape}): CF decoding or a cast changed its values. {WHAT_TO_DO}"
         )
     return found
 

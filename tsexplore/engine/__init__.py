@@ -5,8 +5,7 @@ Never imports widget or plotting libraries (a test checks it).
 
 from .blocking import wait_all
 from .cache import ChunkCache
-from .process import close_engine, current_engine, get_engine, set_cache_bytes, snapshot
-from .scheduler import Engine
+from .scheduler import Engine, close_engine, current_engine, get_engine, set_cache_bytes, snapshot
 from .stats import Stats, StatsSnapshot
 from .types import ChunkKey, Priority
 

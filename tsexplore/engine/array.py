@@ -17,8 +17,7 @@ from ..sources.base import ChunkSource
 from .blocking import wait_all
 from .loop import on_read_thread
 from .planning import SelectionPlan, finish, plan_selection, take_piece
-from .process import get_engine
-from .scheduler import Engine
+from .scheduler import Engine, get_engine
 from .types import Priority
 
 

@@ -72,25 +72,29 @@ class LoaderVariable:
         if self.lazy is not None:
             return DeferredRegion(self.lazy, self.source_key(region), self.dtype)
         plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
-        futures = engine.request(
+        items = engine.request_mixed(
             self.source, list(plan.chunk_indices()), Priority.PLANNED, cache=cache
         )
-        hits = sum(f.done() for f in futures)  # cached chunks come back as finished futures
-        return PendingRegion(plan, futures, self.dtype, hits)
+        hits = sum(not isinstance(i, cf.Future) for i in items)  # cached: arrays, no wait
+        return PendingRegion(plan, items, self.dtype, hits)
 
 
 @dataclass
 class PendingRegion:
-    """Chunk reads of one region in flight; :meth:`result` waits and returns the region."""
+    """Chunk reads of one region in flight; :meth:`result` waits and returns the region.
+
+    ``futures`` holds one item per chunk: the cached chunk itself, or the future of its read.
+    """
 
     plan: SelectionPlan
-    futures: list[cf.Future]
+    futures: list[np.ndarray | cf.Future]
     dtype: np.dtype
     hits: int
 
     def result(self, timeout: float | None = None) -> np.ndarray:
         if len(self.futures) == 1:  # the region lies in one chunk: a view, no copy
-            chunk = wait_all(self.futures, timeout)[0]
+            item = self.futures[0]
+            chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
             local = tuple(d.pieces[0][1] for d in self.plan.dims)
             return finish(take_piece(chunk, local), self.plan)
         return assemble(self.plan, self.futures, self.dtype, timeout)
