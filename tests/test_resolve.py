@@ -94,6 +94,8 @@ def test_cf_decoding_that_changes_values_is_not_a_selection(tmp_path):
     ds = tse.open_dataset(path)
     with pytest.raises(NotStreamableError, match="CF decoding|decoding or a cast"):
         resolve(ds.p)
+    (stored,) = sources_of(ds.p)  # where the data comes from: found behind the decoding
+    assert stored.dtype == np.int16 and stored.shape == (3, 4)
     # the consumers still get the decoded values, through a wrapper
     np.testing.assert_allclose(tse.reduce(ds.p, "sum", progress=False).values, ds.p.values.sum())
 

@@ -26,7 +26,7 @@ class _Accessor:
 
     @property
     def sources(self) -> list[ChunkSource]:
-        """The engine sources behind the variables (whatever selection they carry)."""
+        """The engine sources behind the variables (whatever selection or decoding they carry)."""
         return sources_of(self._obj)
 
     def explore(self, **kwargs: Any) -> Any:

@@ -318,26 +318,38 @@ def try_resolve(obj: Any) -> Resolved | None:
         return None
 
 
-def engine_backed(obj: Any) -> bool:
-    """Whether reading ``obj``'s values waits on engine reads (resolvable or not)."""
-    var = _variable(obj)
-    data: Any = var._data
+def source_behind(obj: Any) -> ChunkSource | None:
+    """The source at the bottom of ``obj``'s lazy layers, whatever they do to its values.
+
+    Unlike :func:`resolve` this ignores the selection and any decoding on the way (a
+    CF-decoded variable's stored source is found too): use it to find where data comes from,
+    never to read it. None when no tsexplore source is behind ``obj``.
+    """
+    data: Any = _variable(obj)._data
     if _is_dask(data):
-        return any(str(name).startswith("tsexplore-") for name in data.dask.layers)
+        return dask_source(data)
     for _ in range(64):
         if isinstance(data, StreamingArray):
-            return True
+            return data.source
         data = getattr(data, "array", None)
         if data is None:
-            return False
-    return False
+            return None
+    return None
+
+
+def engine_backed(obj: Any) -> bool:
+    """Whether reading ``obj``'s values waits on engine reads (resolvable or not)."""
+    data: Any = _variable(obj)._data
+    if _is_dask(data):
+        return any(str(name).startswith("tsexplore-") for name in data.dask.layers)
+    return source_behind(obj) is not None
 
 
 def sources_of(obj: xr.Dataset | xr.DataArray) -> list[ChunkSource]:
-    """The sources behind the variables of ``obj`` that are selections of one."""
+    """The sources behind the variables of ``obj`` (see :func:`source_behind`)."""
     variables = obj.variables.values() if isinstance(obj, xr.Dataset) else [obj.variable]
-    found = (try_resolve(v) for v in variables)
-    return [r.source for r in found if r is not None]
+    found = (source_behind(v) for v in variables)
+    return [src for src in found if src is not None]
 
 
 def fallback_source(obj: Any, name: str | None = None) -> ArraySource:
@@ -365,6 +377,7 @@ __all__ = [
     "engine_backed",
     "fallback_source",
     "resolve",
+    "source_behind",
     "sources_of",
     "try_resolve",
 ]
