@@ -27,6 +27,7 @@ import xarray as xr
 from xarray.core import indexing
 
 from .engine.array import StreamingArray, dask_source, read_selection
+from .engine.planning import as_index_array
 from .engine.types import Priority
 from .errors import IndexingError, NotStreamableError
 from .sources.base import ChunkIndex, ChunkSource, SyncChunkSource
@@ -41,24 +42,6 @@ WHAT_TO_DO = (
 )
 
 
-def _index_array(k: Any, n: int, axis: int) -> np.ndarray:
-    arr = np.asarray(k)
-    if arr.dtype == bool:
-        if arr.shape != (n,):
-            raise IndexingError(f"boolean indexer for axis {axis} has shape {arr.shape}; expected ({n},)")
-        return np.flatnonzero(arr)
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise IndexingError(
-            f"indexer for axis {axis} must be an int, a slice or a 1-D integer/boolean array; "
-            f"got {type(k).__name__} of dtype {arr.dtype} and shape {arr.shape}"
-        )
-    arr = arr.astype(np.int64, copy=True)
-    arr[arr < 0] += n
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise IndexingError(f"index out of range for axis {axis} of length {n}")
-    return arr
-
-
 def _take(part: range | np.ndarray, k: Any, axis: int) -> Part:
     """Index one kept part with ``k`` (an int, a slice or an index array)."""
     n = len(part)
@@ -69,7 +52,7 @@ def _take(part: range | np.ndarray, k: Any, axis: int) -> Part:
         return int(part[i])
     if isinstance(k, slice):
         return part[k]  # a range of a range is a range; numpy slicing keeps arrays
-    idx = _index_array(k, n, axis)
+    idx = as_index_array(k, n, axis)
     if isinstance(part, range):
         return part.start + idx * part.step
     return part[idx]
