@@ -121,17 +121,16 @@ class Resolved:
         chunks, origin = [], []
         for a in self.axes:
             part, clen = self.selection[a], self.source.chunks[a]
-            n = max(1, len(part))  # type: ignore[arg-type]
-            if isinstance(part, range) and part.step > 0:
-                chunks.append(max(1, min(n, clen // part.step)))
-                origin.append(part.start // part.step if part.step > 1 else part.start)
+            if isinstance(part, range) and part.step > 0:  # exact for step 1
+                chunks.append(max(1, clen // part.step))
+                origin.append(part.start // part.step)
             elif isinstance(part, range):
-                chunks.append(max(1, min(n, clen // -part.step)))
+                chunks.append(max(1, clen // -part.step))
                 origin.append(0)
             else:
                 arr = np.asarray(part)
                 span = int(arr.max() - arr.min() + 1) if arr.size else 1
-                chunks.append(max(1, min(n, clen * n // span)))
+                chunks.append(max(1, clen * arr.size // span))
                 origin.append(0)
         return tuple(chunks), tuple(origin)
 
