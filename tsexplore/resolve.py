@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ class Resolved:
         return cls(source, tuple(range(int(n)) for n in source.shape))
 
     # -- what the selection is -------------------------------------------------------------
-    @property
+    @cached_property
     def axes(self) -> tuple[int, ...]:
         """The source axes the selection keeps, in order."""
         return tuple(a for a, p in enumerate(self.selection) if not isinstance(p, int))
@@ -92,7 +93,7 @@ class Resolved:
     def dims(self) -> tuple[str, ...]:
         return tuple(self.source.dims[a] for a in self.axes)
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         return tuple(len(self.selection[a]) for a in self.axes)  # type: ignore[arg-type]
 
@@ -104,7 +105,7 @@ class Resolved:
     def dtype(self) -> np.dtype:
         return np.dtype(self.source.dtype)
 
-    @property
+    @cached_property
     def is_whole(self) -> bool:
         """True when the selection is the whole source, in the source's order."""
         return all(
@@ -152,6 +153,8 @@ class Resolved:
 
     def key(self, key: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         """The source key of ``key`` given in this selection's index space."""
+        if self.is_whole:  # the same index space: nothing to compose
+            return tuple(key)
         return self.sub(key).source_key()
 
     def read(self, key: tuple[Any, ...] = (), **kwargs: Any) -> np.ndarray:
