@@ -16,7 +16,6 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import RequestCancelledError
@@ -52,7 +51,7 @@ class Read:
         return "async" if self.source.is_async else "sync"
 
 
-@dataclass
+@dataclass(slots=True)
 class Tally:
     """What one request did, for the statistics."""
 
@@ -63,15 +62,13 @@ class Tally:
     prefetch_used: int = 0
     new: int = 0
 
-    def items(self) -> Iterable[tuple[str, int]]:
-        return (
-            (name, n)
-            for name, n in (
-                ("hits", self.hits), ("misses", self.misses), ("joined", self.joined),
-                ("prefetch_reads", self.prefetch_reads), ("prefetch_used", self.prefetch_used),
-            )
-            if n
+    def items(self) -> list[tuple[str, int]]:
+        """The counters that moved, by their statistics names."""
+        pairs = (
+            ("hits", self.hits), ("misses", self.misses), ("joined", self.joined),
+            ("prefetch_reads", self.prefetch_reads), ("prefetch_used", self.prefetch_used),
         )
+        return [(name, n) for name, n in pairs if n]
 
 
 class ReadTable:

@@ -146,9 +146,11 @@ class Engine(BlockingReads):
         self._check_open()
         token = source.token
         keys = [(token, tuple(index)) for index in indices]
-        owner, cancelled = self._table.owner(channel, generation)
-        if cancelled:
-            self.stats.count("cancelled", cancelled)
+        owner = None
+        if channel is not None:
+            owner, cancelled = self._table.owner(channel, generation)
+            if cancelled:
+                self.stats.count("cancelled", cancelled)
         found = self.cache.get_many(keys)
         tally = Tally()
         missing = [k for k, v in zip(keys, found) if v is None]
@@ -171,6 +173,7 @@ class Engine(BlockingReads):
     ) -> list[np.ndarray | cf.Future]:
         """Cached arrays and read futures in request order; hits and read-ahead used counted."""
         waiting = priority is not Priority.SPECULATIVE
+        prefetched = self._table.prefetched
         out: list[np.ndarray | cf.Future] = []
         consumed = []
         for key, value in zip(keys, found):
@@ -180,7 +183,7 @@ class Engine(BlockingReads):
             out.append(value)
             if waiting:
                 tally.hits += 1
-                if self._table.take_prefetched(key):
+                if prefetched and key in prefetched and self._table.take_prefetched(key):
                     tally.prefetch_used += 1
                     if not cache:
                         consumed.append(key)
