@@ -125,8 +125,8 @@ class Prefetcher:
         ``one_pass``: the reader reads each chunk once (dask tasks), so chunks that one-pass
         readers already took are not read ahead again.
         """
-        policy = getattr(source, "prefetch", "auto")
-        if policy in ("off", None, False) or not plan.dims or any(not d.pieces for d in plan.dims):
+        policy = source.options.prefetch
+        if policy == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
             return []
         lo = []
         for d, clen in zip(plan.dims, source.chunks):

@@ -34,12 +34,12 @@ from .. import config
 from ..errors import (
     ChunkReadError,
     EngineClosedError,
-    MissingChunkError,
     ReadTimeoutError,
     RequestCancelledError,
     TsExploreError,
 )
-from ..sources.base import ChunkIndex, ChunkSource, SyncChunkSource
+from ..sources.base import ChunkIndex, ChunkSource
+from .absent import AbsentChunks, read_or_fill, read_or_fill_sync
 from .cache import ChunkCache
 from .stats import Stats, StatsSnapshot
 
@@ -86,6 +86,7 @@ class Engine:
             sys.setswitchinterval(settings.switch_interval)
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
         self.stats = Stats()
+        self.absent = AbsentChunks()  # chunks read as fill values because the store lacks them
         self._lock = threading.Lock()
         self._reads: dict[ChunkKey, _Read] = {}
         self._heap: list[tuple[int, int, _Read]] = []
@@ -428,13 +429,7 @@ class Engine:
         t0 = time.perf_counter()
         self.stats.count("reads")
         try:
-            try:
-                array, encoded = await source.read_chunk_counted(read.index)
-            except MissingChunkError:
-                if getattr(source, "missing", "raise") != "fill":
-                    raise
-                array, encoded = source.fill_chunk(read.index), 0
-                self.stats.count("missing_filled")
+            array, encoded = await read_or_fill(source, read.index, self._note_absent)
             expected = source.chunk_shape(read.index)
             if array.shape != expected:
                 raise ChunkReadError(
@@ -502,13 +497,15 @@ class Engine:
         self.stats.count("misses")
         self.stats.count("reads")
         t0 = time.perf_counter()
-        if isinstance(source, SyncChunkSource):
-            array, encoded = source.read_chunk_sync(tuple(index))
-        else:
-            array, encoded = asyncio.run(source.read_chunk_counted(tuple(index)))
+        array, encoded = read_or_fill_sync(source, tuple(index), self._note_absent)
         self.stats.record_read(encoded, array.nbytes, time.perf_counter() - t0)
         self.cache.put(key, array)
         return array
+
+    def _note_absent(self, source: ChunkSource, index: ChunkIndex) -> None:
+        """An absent chunk was read as the fill value: count it, remember it for the map."""
+        self.stats.count("missing_filled")
+        self.absent.add(source.token, tuple(index))
 
     # -- blocking helpers ---------------------------------------------------------------------
     def fetch(

@@ -1,7 +1,10 @@
 """The ChunkSource contract: one N-dimensional array read one chunk at a time.
 
 A source knows its ``shape``, ``dtype``, ``dims``, native chunk grid (``chunks``: the chunk
-length along each dimension), ``fill_value`` and ``attrs``. The engine asks it for one chunk by
+length along each dimension), ``fill_value``, and the ``attrs`` and ``encoding`` that xarray's
+own backend gives the stored (undecoded) variable; CF decoding happens above, in xarray's own
+coders. It is built with :class:`SourceOptions` (what to do with absent chunks, which
+prefetch policy), a frozen field the engine reads. The engine asks it for one chunk by
 grid index with ``await source.read_chunk_counted(index)``, which returns the decoded chunk
 (trimmed to the array's edge) and the number of *encoded* bytes that were moved to get it.
 
@@ -13,16 +16,51 @@ engine runs those on its thread pool. Asynchronous sources (remote stores) imple
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import math
+import types
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import IndexingError
+from ..errors import ConfigError, IndexingError
 
 ChunkIndex = tuple[int, ...]
+
+MISSING_POLICIES = ("fill", "raise")
+PREFETCH_POLICIES = ("auto", "off", "momentum", "neighbourhood")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How the engine treats one source; sources are built with it (``source.options``).
+
+    ``missing``: ``"fill"`` (the default, as the Zarr spec, zarr and xarray do) reads a chunk
+    the store does not have as the fill value, counted as ``missing_filled`` in the stats;
+    ``"raise"`` raises :class:`~tsexplore.errors.MissingChunkError` instead.
+    ``prefetch``: ``"auto"`` (learn from the access pattern), ``"momentum"``,
+    ``"neighbourhood"`` or ``"off"`` (``True`` means ``"auto"``; ``False``/``None`` ``"off"``).
+    """
+
+    missing: str = "fill"
+    prefetch: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.missing not in MISSING_POLICIES:
+            raise ConfigError(f"missing must be 'raise' or 'fill', got {self.missing!r}")
+        prefetch: Any = self.prefetch
+        if prefetch is True:
+            object.__setattr__(self, "prefetch", "auto")
+        elif prefetch in (False, None):
+            object.__setattr__(self, "prefetch", "off")
+        elif prefetch not in PREFETCH_POLICIES:
+            raise ConfigError(f"prefetch must be one of {PREFETCH_POLICIES}, got {prefetch!r}")
+
+
+DEFAULT_OPTIONS = SourceOptions()
 
 
 class ChunkSource:
@@ -36,10 +74,37 @@ class ChunkSource:
     chunks: tuple[int, ...]
     fill_value: Any = None
     attrs: Mapping[str, Any]
+    #: what xarray's own backend puts in the stored variable's ``encoding`` (chunks, codecs)
+    encoding: Mapping[str, Any] = types.MappingProxyType({})
+    #: how the engine treats this source (absent chunks, prefetch policy)
+    options: SourceOptions = DEFAULT_OPTIONS
     #: True when reads block a thread (local files, decoders); False for async network reads
     is_async: bool = False
     #: a hint of the latency of one read in seconds (None: unknown, learned by the engine)
     latency_hint: float | None = None
+
+    @property
+    def store_dtype(self) -> np.dtype:
+        """The dtype xarray's own backend reports for the stored variable (may be
+        big-endian, or differ from ``dtype`` in other ways); chunks come out as ``dtype``."""
+        return np.dtype(getattr(self, "_store_dtype", None) or self.dtype)
+
+    def with_options(self, options: SourceOptions) -> ChunkSource:
+        """This source built with other ``options`` (a shallow copy; itself when equal).
+
+        A copy that reads absent chunks differently gets its own token, so fill values
+        cached for one never answer a read of the other.
+        """
+        if options == self.options:
+            return self
+        clone = copy.copy(self)
+        clone.options = options
+        if options.missing != self.options.missing:
+            clone.token = f"{self.token}#missing={options.missing}"
+        return clone
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        return (type(self).__name__, self.token)
 
     # -- geometry -------------------------------------------------------------------------
     @property
@@ -83,7 +148,7 @@ class ChunkSource:
         return itertools.product(*(range(g) for g in self.grid_shape))
 
     def fill_chunk(self, index: ChunkIndex) -> np.ndarray:
-        """A chunk made only of the fill value (for ``missing="fill"``)."""
+        """A chunk made only of the fill value (an absent chunk under ``missing="fill"``)."""
         fill = self.fill_value
         if fill is None:
             fill = np.nan if self.dtype.kind in "fc" else 0
@@ -136,8 +201,6 @@ def normalize_chunks(
     ``None`` picks a grid of about ``default_bytes`` per chunk, splitting the leading
     dimensions first (the trailing ones stay whole, like an image plane).
     """
-    from ..errors import ConfigError
-
     if chunks is None:
         out = list(shape)
         budget = max(1, default_bytes // max(itemsize, 1))

@@ -1,0 +1,129 @@
+"""xarray's own backend machinery over engine sources: a data store and a dask chunk manager.
+
+:class:`EngineStore` is an ``AbstractDataStore`` whose ``load()`` returns the *stored*
+(undecoded) variables -- engine-backed :class:`~tsexplore.engine.array.StreamingArray`\\ s for
+data, in-memory arrays for what was read eagerly -- with the attributes and encoding xarray's
+own backend gives them. xarray's ``StoreBackendEntrypoint`` then decodes them with
+``conventions.decode_cf_variables`` and xarray's ``open_dataset`` protects, indexes and chunks
+them, so every decoder option and every ``chunks=`` behaves as with xarray's own engines.
+
+:class:`EngineDaskManager` is xarray's dask chunk manager with one change in ``from_array``:
+a variable whose values are the raw stored ones becomes the engine's own dask array
+(:meth:`StreamingArray.to_dask`: PLANNED reads, not kept in the cache, found again by
+``tse.reduce``); a decoded one is chunked by dask over xarray's decoding layers, with the
+engine reads inside its tasks made the way a dask graph reads (:class:`DecodedTaskArray`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from xarray.backends.common import AbstractDataStore
+from xarray.core import indexing
+from xarray.namedarray.daskmanager import DaskManager
+
+from .engine.array import DecodedTaskArray, StreamingArray, dask_name
+from .sources import SourceGroup
+from .sources.base import ChunkSource
+
+
+def _eager_variable(entry: tuple[Any, ...]) -> xr.Variable:
+    """``(dims, values, attrs[, encoding[, dtype]])`` as a lazily indexed stored variable,
+    like xarray's backends hand over (so ``chunks=`` chunks it as xarray would)."""
+    dims, values, attrs = entry[:3]
+    encoding = dict(entry[3]) if len(entry) > 3 else {}
+    values = np.asarray(values)
+    if len(entry) > 4 and entry[4] is not None and np.dtype(entry[4]) != values.dtype:
+        values = np.asarray(values, dtype=entry[4])
+    data = indexing.LazilyIndexedArray(indexing.NumpyIndexingAdapter(values))
+    return xr.Variable(dims, data, dict(attrs), encoding)
+
+
+class EngineStore(AbstractDataStore):
+    """The variables of a :class:`~tsexplore.sources.SourceGroup` as xarray's backends
+    store them (undecoded), for ``StoreBackendEntrypoint().open_dataset``."""
+
+    def __init__(self, group: SourceGroup, drop_variables: str | Iterable[str] | None = None) -> None:
+        self.group = group
+        if isinstance(drop_variables, str):
+            drop_variables = [drop_variables]
+        self.drop = set(drop_variables or ())
+
+    def get_variables(self) -> dict[str, xr.Variable]:
+        out: dict[str, xr.Variable] = {}
+        for name, entry in self.group.coords.items():
+            if name not in self.drop:
+                out[name] = _eager_variable(entry)
+        for name, source in self.group.variables.items():
+            if name not in self.drop:
+                data = indexing.LazilyIndexedArray(StreamingArray(source))
+                out[name] = xr.Variable(source.dims, data, dict(source.attrs), dict(source.encoding))
+        return out
+
+    def get_attrs(self) -> dict[str, Any]:
+        return dict(self.group.attrs)
+
+    def get_encoding(self) -> dict[str, Any]:
+        return dict(self.group.encoding)
+
+    def close(self) -> None:
+        for source in self.group.variables.values():
+            source.close()
+
+
+def _unwrap(data: Any) -> tuple[StreamingArray | None, bool]:
+    """The engine array under xarray's layers, and whether the values are its raw ones."""
+    passthrough = (
+        indexing.ImplicitToExplicitIndexingAdapter,
+        indexing.CopyOnWriteArray,
+        indexing.MemoryCachedArray,
+    )
+    raw = True
+    for _ in range(32):
+        if isinstance(data, StreamingArray):
+            return data, raw
+        if isinstance(data, indexing.LazilyIndexedArray):
+            full = isinstance(data.key, indexing.BasicIndexer) and all(
+                isinstance(k, slice) and k.indices(n) == (0, n, 1)
+                for k, n in zip(data.key.tuple, data.array.shape)
+            )
+            raw = raw and full
+        elif not isinstance(data, passthrough):
+            raw = False  # a decoding layer (mask, scale, characters, times...)
+        data = getattr(data, "array", None)
+        if data is None:
+            return None, False
+    return None, False
+
+
+class EngineDaskManager(DaskManager):
+    """xarray's dask chunk manager, with tasks that read through the tsexplore engine."""
+
+    def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> Any:
+        found, raw = _unwrap(data)
+        if found is None:
+            return super().from_array(data, chunks, **kwargs)
+        source: ChunkSource = found.source
+        same = tuple(data.shape) == tuple(source.shape) and np.dtype(data.dtype) == source.dtype
+        # xarray's name carries the decoder options: two opens that decode differently
+        # must never share dask keys
+        name = dask_name(source, kwargs.get("name"), chunks)
+        if raw and same:
+            return found.to_dask(chunks, name=name)
+        import dask.array as da
+
+        return da.from_array(
+            DecodedTaskArray(data),
+            chunks,
+            name=name,
+            lock=kwargs.get("lock", False) or False,
+            inline_array=kwargs.get("inline_array", False),
+            asarray=False,
+            meta=np.empty((0,) * len(data.shape), dtype=data.dtype),
+        )
+
+
+ENGINE_DASK = EngineDaskManager()
