@@ -446,7 +446,8 @@ class ViewController:
 
     # -- chunk map -------------------------------------------------------------------------
     def chunk_states(self, max_cells: int = 64) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-        """The chunk grid of the current plane: 0 not loaded, 1 in flight, 2 cached.
+        """The chunk grid of the current plane: 0 not loaded, 1 in flight, 2 cached,
+        3 absent (the store has no such chunk; it reads as the fill value).
 
         Returns ``(states, (gy0, gy1, gx0, gx1))``: a window of at most ``max_cells`` chunks
         per axis, centred on the visible chunks (the whole plane when it is small enough).
@@ -476,6 +477,7 @@ class ViewController:
             k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token
         }
         flying = set() if engine is None else {k[1] for k in engine.in_flight_keys() if k[0] == token}
+        absent = frozenset() if engine is None else engine.absent.indices(token)
         fixed = [
             state.index(d) // geom.chunks[i] if d in geom.slider_dims else None
             for i, d in enumerate(geom.dims)
@@ -486,7 +488,10 @@ class ViewController:
                 idx = list(fixed)
                 idx[ay], idx[ax] = iy, ix
                 t = tuple(idx)
-                out[iy - gy0, ix - gx0] = 2 if t in cached else (1 if t in flying else 0)
+                if t in absent:
+                    out[iy - gy0, ix - gx0] = 3
+                else:
+                    out[iy - gy0, ix - gx0] = 2 if t in cached else (1 if t in flying else 0)
         return out, (gy0, gy1, gx0, gx1)
 
     # -- lifetime --------------------------------------------------------------------------

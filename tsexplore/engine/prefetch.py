@@ -7,7 +7,7 @@
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
 
-``prefetch="off"`` on a source disables the first two. Choosing what to fetch is a pure
+A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing what to fetch is a pure
 function (:func:`momentum_targets`, :func:`ring_targets`) that the tests call directly.
 """
 

@@ -113,6 +113,7 @@ class ZarrSource(ChunkSource):
         self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
         self._local_root = self.root[len("file://") :] if self.root.startswith("file://") else self.root
         self._fallback: Any = None
+        self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
         # Every open is a new version. Zarr writes chunks as separate files, so no cheap
         # stamp (the metadata's mtime) changes when they are rewritten: a token shared
         # between opens served stale chunks from the cache after ``arr[...] = new`` (and
@@ -248,6 +249,29 @@ class ZarrSource(ChunkSource):
                 attempt += 1
                 await asyncio.sleep(delay)
 
+    def _stored_key(self, index: ChunkIndex) -> str:
+        """The store key of the object holding chunk ``index``: its own key, or the key of
+        the shard that holds it (``chunk_key`` of the shard grid)."""
+        shards = self._array.shards
+        if shards:
+            index = tuple(i * c // s for i, c, s in zip(index, self.chunks, shards))
+        key = self._meta.encode_chunk_key(tuple(index))
+        return f"{self.path}/{key}" if self.path else key
+
+    async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
+        """True when the chunk (or its whole shard) is not in the store. Present keys are
+        remembered, so a shard is looked up once, not once per inner chunk."""
+        key = self._stored_key(index)
+        if key in self._present:
+            return False
+        try:
+            found = await asyncio.wait_for(store.exists(key), config.get().http_timeout)
+        except Exception:  # noqa: BLE001 - cannot tell: let zarr's read report what fails
+            return False
+        if found and len(self._present) < 1 << 16:
+            self._present.add(key)
+        return not found
+
     async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         """Codec chains tsexplore does not decode itself: ask zarr's async API."""
         import zarr
@@ -272,6 +296,8 @@ class ZarrSource(ChunkSource):
                 )
             array = await za.open_array(store=store, path=self.path, mode="r")
             self._fallback = (loop_id, array)
+        if await self._absent_in_store(self._fallback[1].store, index):
+            raise self._missing(index)  # zarr would fill it silently: let the policy decide
         sl = self.chunk_slices(index)
         try:
             arr = await asyncio.wait_for(self._fallback[1].getitem(sl), config.get().http_timeout)
