@@ -22,12 +22,78 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from xarray.backends.common import AbstractDataStore
+from xarray.coding.strings import StackedBytesArray
 from xarray.core import indexing
 from xarray.namedarray.daskmanager import DaskManager
 
 from .engine.array import DecodedTaskArray, StreamingArray, dask_name
 from .sources import SourceGroup
 from .sources.base import ChunkSource
+
+
+def numpy_slice(key: slice, size: int) -> slice:
+    """``key`` as the slice NumPy's ``range(*key.indices(size))`` means, in the form xarray's
+    lazy indexing composes correctly: no negative start, a stop of ``None`` for "before 0",
+    and ``slice(0, 0, 1)`` when it selects nothing.
+
+    xarray's ``LazilyIndexedArray`` turns ``slice(-4, None, -1)`` on a length-3 axis into
+    ``slice(-1, None, -1)`` and reads the whole axis reversed where NumPy selects nothing;
+    some empty negative-step slices make it raise ``IndexError`` instead.
+    """
+    picked = range(*key.indices(size))
+    if not picked:
+        return slice(0, 0, 1)
+    stop = picked.stop if picked.stop >= 0 else None
+    return slice(picked.start, stop, picked.step)
+
+
+def _numpy_key(key: Any, shape: tuple[int, ...]) -> Any:
+    """Every slice of ``key`` as :func:`numpy_slice`; a key shorter than the array gets
+    full slices for the trailing axes (xarray's character-array layer hands a vectorized
+    key without its character axis to the array below, which then fails)."""
+    parts = tuple(key.tuple) + (slice(None),) * (len(shape) - len(key.tuple))
+    fixed = tuple(numpy_slice(k, n) if isinstance(k, slice) else k for k, n in zip(parts, shape))
+    return type(key)(fixed)
+
+
+class NumpyLazyArray(indexing.LazilyIndexedArray):
+    """xarray's ``LazilyIndexedArray`` with NumPy's meaning for every slice (see
+    :func:`numpy_slice`); everything else is xarray's own lazy indexing."""
+
+    def _updated_key(self, new_key: Any) -> Any:
+        return super()._updated_key(_numpy_key(new_key, self.shape))
+
+    def _vindex_get(self, indexer: Any) -> Any:
+        return super()._vindex_get(_numpy_key(indexer, self.shape))
+
+
+class NumpyStackedBytesArray(StackedBytesArray):
+    """xarray's character-array layer (``S1`` + a char dim read as strings), transposable:
+    xarray's own has no ``transpose``, so a vectorized ``isel`` of a character array fails
+    in xarray's lazy reader where NumPy's indexing of the loaded array works."""
+
+    def transpose(self, order: Any) -> NumpyStackedBytesArray:
+        return type(self)(self.array.transpose((*tuple(order), len(tuple(order)))))
+
+
+def numpy_layers(variable: xr.Variable) -> xr.Variable:
+    """Swap xarray's character-array layer of a decoded variable for
+    :class:`NumpyStackedBytesArray` (in place; returns ``variable``)."""
+    parent: Any = None
+    data: Any = variable._data
+    for _ in range(32):
+        if type(data) is StackedBytesArray:
+            fixed = NumpyStackedBytesArray(data.array)
+            if parent is None:
+                variable._data = fixed
+            else:
+                parent.array = fixed
+            break
+        inner = getattr(data, "array", None)
+        if inner is None:
+            break
+        parent, data = data, inner
+    return variable
 
 
 def _eager_variable(entry: tuple[Any, ...]) -> xr.Variable:
@@ -38,7 +104,7 @@ def _eager_variable(entry: tuple[Any, ...]) -> xr.Variable:
     values = np.asarray(values)
     if len(entry) > 4 and entry[4] is not None and np.dtype(entry[4]) != values.dtype:
         values = np.asarray(values, dtype=entry[4])
-    data = indexing.LazilyIndexedArray(indexing.NumpyIndexingAdapter(values))
+    data = NumpyLazyArray(indexing.NumpyIndexingAdapter(values))
     return xr.Variable(dims, data, dict(attrs), encoding)
 
 
@@ -59,7 +125,7 @@ class EngineStore(AbstractDataStore):
                 out[name] = _eager_variable(entry)
         for name, source in self.group.variables.items():
             if name not in self.drop:
-                data = indexing.LazilyIndexedArray(StreamingArray(source))
+                data = NumpyLazyArray(StreamingArray(source))
                 out[name] = xr.Variable(source.dims, data, dict(source.attrs), dict(source.encoding))
         return out
 

@@ -14,7 +14,7 @@ import xarray as xr
 from xarray.backends import BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
 
-from .backend import ENGINE_DASK, EngineStore
+from .backend import ENGINE_DASK, EngineStore, numpy_layers
 from .engine.array import StreamingArray
 from .engine.scheduler import get_engine, set_cache_bytes
 from .errors import ConfigError
@@ -163,6 +163,8 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
             use_cftime=use_cftime,
             decode_timedelta=decode_timedelta,
         )
+        for variable in ds.variables.values():
+            numpy_layers(variable)
         extra = [name for name in group.coord_names if name in ds.data_vars]
         return ds.set_coords(extra) if extra else ds
 
