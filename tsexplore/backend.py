@@ -140,6 +140,27 @@ class EngineStore(AbstractDataStore):
             source.close()
 
 
+def _is_nan_mask(data: Any) -> bool:
+    """xarray's mask layer that changes nothing: a float array whose only fill value is NaN,
+    masked as NaN (every float variable ``to_zarr`` / ``to_netcdf`` write has one)."""
+    try:
+        from xarray.coding.common import _ElementwiseFunctionArray
+        from xarray.coding.variables import _apply_mask
+    except ImportError:  # pragma: no cover - xarray moved them: treat the layer as decoding
+        return False
+    func = getattr(data, "func", None)
+    if not isinstance(data, _ElementwiseFunctionArray) or getattr(func, "func", None) is not _apply_mask:
+        return False
+    fills = list(func.keywords.get("encoded_fill_values") or ())
+    decoded = func.keywords.get("decoded_fill_value")
+    inner = np.dtype(data.array.dtype)
+
+    def nan(value: Any) -> bool:
+        return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
+
+    return inner.kind == "f" and np.dtype(data.dtype) == inner and bool(fills) and all(map(nan, fills)) and nan(decoded)
+
+
 def _unwrap(data: Any) -> tuple[StreamingArray | None, bool]:
     """The engine array under xarray's layers, and whether the values are its raw ones."""
     passthrough = (
@@ -157,7 +178,7 @@ def _unwrap(data: Any) -> tuple[StreamingArray | None, bool]:
                 for k, n in zip(data.key.tuple, data.array.shape)
             )
             raw = raw and full
-        elif not isinstance(data, passthrough):
+        elif not isinstance(data, passthrough) and not _is_nan_mask(data):
             raw = False  # a decoding layer (mask, scale, characters, times...)
         data = getattr(data, "array", None)
         if data is None:

@@ -31,8 +31,12 @@ def _report() -> dict:
     }
 
 
+def _anything() -> bool:
+    return bool(COUNTS or SELECTIONS or XARRAY_LAZY_DIVERGES)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untyped-def]
-    if not COUNTS:
+    if not _anything():
         return
     report = _report()
     report["exitstatus"] = int(exitstatus)
@@ -41,7 +45,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untype
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    if not COUNTS:
+    if not _anything():
         return
     report = _report()
     terminalreporter.section("tsexplore parity (compared with xarray's own backends)")
