@@ -85,7 +85,7 @@ def numpy_layers(variable: xr.Variable) -> xr.Variable:
         if type(data) is StackedBytesArray:
             fixed = NumpyStackedBytesArray(data.array)
             if parent is None:
-                variable._data = fixed
+                variable._data = fixed  # type: ignore[assignment]
             else:
                 parent.array = fixed
             break
@@ -148,7 +148,7 @@ def _is_nan_mask(data: Any) -> bool:
         from xarray.coding.variables import _apply_mask
     except ImportError:  # pragma: no cover - xarray moved them: treat the layer as decoding
         return False
-    func = getattr(data, "func", None)
+    func: Any = getattr(data, "func", None)
     if not isinstance(data, _ElementwiseFunctionArray) or getattr(func, "func", None) is not _apply_mask:
         return False
     fills = list(func.keywords.get("encoded_fill_values") or ())

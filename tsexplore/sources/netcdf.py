@@ -32,11 +32,13 @@ class NetCDFVariableSource(SyncChunkSource):
         engine: str,
         chunks: Any = None,
         options: SourceOptions = DEFAULT_OPTIONS,
+        store: Any = None,
     ) -> None:
         self.path = path
         self.name = name
         self.engine = engine
         self._var = variable  # xarray's raw store variable (lazily indexed backend array)
+        self._store = store  # the xarray store it came from (closed by close())
         self.shape = tuple(int(s) for s in variable.shape)
         self._store_dtype = np.dtype(variable.dtype)
         self.dtype = self._store_dtype.newbyteorder("=")  # NetCDF3 is big-endian
@@ -54,13 +56,21 @@ class NetCDFVariableSource(SyncChunkSource):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_var"] = None
+        state["_var"] = state["_store"] = None
         return state
 
     def _variable(self) -> Any:
         if self._var is None:
-            self._var = open_store(self.path, self.engine).get_variables()[self.name]
+            self._store = open_store(self.path, self.engine)
+            self._var = self._store.get_variables()[self.name]
         return self._var
+
+    def close(self) -> None:
+        """Close the file (xarray's file manager reopens it if the source reads again)."""
+        store, self._store = self._store, None
+        self._var = None
+        if store is not None:
+            store.close()
 
     def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         region = self._variable()[self.chunk_slices(index)]
@@ -138,5 +148,5 @@ def open_netcdf(
             values = np.asarray(var.values)
             coords[name] = (var.dims, values, dict(var.attrs), dict(var.encoding), var.dtype)
         else:
-            sources[name] = NetCDFVariableSource(path, name, var, engine, chunks, options)
+            sources[name] = NetCDFVariableSource(path, name, var, engine, chunks, options, store)
     return sources, coords, dict(attrs), dict(encoding)
