@@ -39,11 +39,11 @@ from hypothesis import strategies as st
 
 import tsexplore as tse
 
-#: ``TSEXPLORE_PARITY_EXAMPLES`` (default 12) bounds the generated examples per format, so the
+#: ``TSEXPLORE_PARITY_EXAMPLES`` (default 30) bounds the generated examples per format, so the
 #: suite stays within a few minutes on two busy cores; examples are derandomized (the same on
 #: every run) unless ``TSEXPLORE_PARITY_RANDOM=1``. Applied per test, never loaded globally.
 SETTINGS = settings(
-    max_examples=int(os.environ.get("TSEXPLORE_PARITY_EXAMPLES", "12")),
+    max_examples=int(os.environ.get("TSEXPLORE_PARITY_EXAMPLES", "30")),
     deadline=None,
     derandomize=os.environ.get("TSEXPLORE_PARITY_RANDOM", "0") != "1",
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -54,6 +54,8 @@ SETTINGS = settings(
 COUNTS: Counter[tuple[str, str]] = Counter()
 #: (format, kind) -> how many random isel selections were compared
 SELECTIONS: Counter[tuple[str, str]] = Counter()
+#: format -> absent chunks read as fill values during the comparisons (sparse stores)
+ABSENT: Counter[str] = Counter()
 #: the real files compared (path -> xarray engine)
 FILES: dict[str, str] = {}
 #: selections where xarray's lazy reader differs from NumPy (tsexplore matched NumPy)

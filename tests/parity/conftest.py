@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _parity import COUNTS, FILES, SELECTIONS, XARRAY_LAZY_DIVERGES
+from _parity import ABSENT, COUNTS, FILES, SELECTIONS, XARRAY_LAZY_DIVERGES
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "parity-counts.json"
 
@@ -26,6 +26,7 @@ def _report() -> dict:
         "compared": per_path,
         "selections": selections,
         "files": dict(sorted(FILES.items())),
+        "absent_chunks_read_as_fill": dict(ABSENT),
         "xarray_lazy_reader_differs_from_numpy": dict(XARRAY_LAZY_DIVERGES),
         "differences": 0,  # any difference fails the test that found it
     }
@@ -54,6 +55,7 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.write_line(f"{fmt}: {line}")
     terminalreporter.write_line(f"isel selections: {report['selections']}")
     terminalreporter.write_line(f"real files compared: {len(report['files'])}")
+    terminalreporter.write_line(f"absent chunks read as fill values: {report['absent_chunks_read_as_fill']}")
     terminalreporter.write_line(
         f"xarray's lazy reader differs from NumPy (tsexplore matches NumPy): "
         f"{report['xarray_lazy_reader_differs_from_numpy']}"

@@ -21,9 +21,11 @@ import pytest
 import xarray as xr
 import xarray.testing.strategies as xrst
 import zarr.testing.strategies as zst
-from _parity import SETTINGS, compare_store
+from _parity import ABSENT, SETTINGS, compare_store
 from hypothesis import given, reject
 from hypothesis import strategies as st
+
+import tsexplore as tse
 
 FORMATS = ["zarr2", "zarr3", "zarr3-sharded", "netcdf3", "netcdf4"]
 INTS = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
@@ -179,4 +181,6 @@ def test_generated_store_matches_xarray_on_every_path(fmt: str, folder: Path, da
     suffix = ".zarr" if fmt.startswith("zarr") else ".nc"
     path = folder / f"{fmt}-{uuid.uuid4().hex[:10]}{suffix}"
     _write(ds, encoding, fmt, path)
+    before = tse.stats().missing_filled
     compare_store(data.draw, str(path), fmt, [str(n) for n in ds.variables])
+    ABSENT[fmt] += tse.stats().missing_filled - before
