@@ -36,7 +36,7 @@ _GEOMETRY = (
 class WrapperSource(ChunkSource):
     """A source that forwards everything to ``source``; subclasses change ``read_chunk_counted``.
 
-    Attributes not defined on the wrapper (``path``, ``evaluate``, ``missing``...) are read
+    Attributes not defined on the wrapper (``path``, ``evaluate``, ``name``...) are read
     from the wrapped source.
     """
 
