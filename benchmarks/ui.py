@@ -94,10 +94,11 @@ def coalescing(events: int = 1000, seconds: float = 1.0, latency: float = 0.05) 
     """``events`` slider updates spread over ``seconds`` against a ``latency`` store."""
     import tsexplore as tse
     from tsexplore.controller import PlaneGeometry, ViewController
-    from tsexplore.sources import SyntheticSource
+    from tsexplore.sources import SourceOptions, SyntheticSource
 
-    src = SyntheticSource((events, 256, 256), (1, 256, 256), latency=latency)
-    src.prefetch = "off"
+    src = SyntheticSource(
+        (events, 256, 256), (1, 256, 256), latency=latency, options=SourceOptions(prefetch="off")
+    )
     try:
         with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=tse.get_engine()) as ctl:
             start = time.perf_counter()

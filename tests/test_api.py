@@ -120,6 +120,68 @@ def test_xr_open_dataset_engine_tsexplore(store: tuple[Path, np.ndarray]) -> Non
         xr.open_dataset(path, engine="tsexplore", missing="sometimes")
 
 
+@pytest.fixture(scope="module")
+def cf_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with CF encodings (times, packing, a fill value, characters), by xarray."""
+    path = tmp_path_factory.mktemp("api-cf") / "cf.zarr"
+    temp = np.linspace(-5, 30, 24).reshape(4, 6)
+    temp[0, 0] = np.nan
+    ds = xr.Dataset(
+        {
+            "temp": (("time", "x"), temp, {"units": "degC"}),
+            "flag": (("x",), np.array([0, 1, 2, -1, 1, 0], "i2")),
+            "code": (("x", "nchar"), np.full((6, 2), b"a")),
+            "lag": (("time",), np.arange(4) * np.timedelta64(90, "m")),
+        },
+        coords={"time": xr.date_range("2000-01-01", periods=4, freq="D").values, "x": np.arange(6.0)},
+        attrs={"title": "cf"},
+    )
+    ds["temp"].encoding.update(dtype="int16", scale_factor=0.01, _FillValue=-32768)
+    ds["flag"].encoding["_FillValue"] = -1
+    ds["temp"].attrs["coordinates"] = "x"
+    ds.to_zarr(path, zarr_format=3, mode="w")
+    return path
+
+
+DECODER_CASES = [
+    {},
+    {"decode_cf": False},
+    {"mask_and_scale": False},
+    {"decode_times": False},
+    {"decode_timedelta": False},
+    {"decode_times": xr.coders.CFDatetimeCoder(use_cftime=True)},
+    {"concat_characters": False},
+    {"decode_coords": False},
+    {"decode_coords": "all"},
+    {"drop_variables": ["flag", "x"]},
+    {"mask_and_scale": {"temp": False}},
+]
+
+
+@pytest.mark.parametrize("opts", DECODER_CASES, ids=[str(sorted(c)) for c in DECODER_CASES])
+def test_xarray_decoder_options_are_honoured(cf_store: Path, opts: dict) -> None:
+    """Both open paths take xarray's decoder options and give what xarray's zarr engine gives."""
+    assert set(tse.xarray.DECODER_OPTIONS) <= set(TsExploreBackendEntrypoint.open_dataset_parameters)
+    truth = xr.open_dataset(cf_store, engine="zarr", **opts).load()
+    xr.testing.assert_identical(xr.open_dataset(cf_store, engine="tsexplore", **opts).load(), truth)
+    xr.testing.assert_identical(tse.open_dataset(cf_store, **opts).load(), truth)
+    xr.testing.assert_identical(tse.open_dataset(cf_store, chunks={}, **opts).load(), truth)
+
+
+def test_use_cftime_keyword_as_xarray_takes_it(cf_store: Path) -> None:
+    with pytest.warns(FutureWarning, match="use_cftime"):
+        truth = xr.open_dataset(cf_store, engine="zarr", use_cftime=True).load()
+    with pytest.warns(FutureWarning, match="use_cftime"):
+        got = tse.open_dataset(cf_store, use_cftime=True).load()
+    xr.testing.assert_identical(got, truth)
+    assert type(got["time"].values[0]).__module__.startswith("cftime")
+
+
+def test_unknown_keyword_names_the_decoder_options(store: tuple[Path, np.ndarray]) -> None:
+    with pytest.raises(ConfigError, match="unknown keyword.*decode_times"):
+        tse.open_dataset(store[0], decode_dates=False)
+
+
 def test_guess_can_open() -> None:
     entry = TsExploreBackendEntrypoint()
     assert entry.guess_can_open("a/b.zarr") and entry.guess_can_open("x.npy")

@@ -20,7 +20,9 @@ from tsexplore.controller import (
 )
 from tsexplore.engine import get_engine
 from tsexplore.errors import ConfigError, TsExploreError
-from tsexplore.sources import SyntheticSource
+from tsexplore.sources import SourceOptions, SyntheticSource
+
+NO_PREFETCH = SourceOptions(prefetch="off")
 
 
 def chunks_of(key, chunks):
@@ -147,8 +149,7 @@ def test_frames_match_the_source_and_update_never_blocks():
 
 def test_thousand_events_in_one_second_coalesce():
     """1,000 slider events in 1 s against a 50 ms store: <= 25 slab reads, last slice shown."""
-    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05)
-    src.prefetch = "off"
+    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05, options=NO_PREFETCH)
     geom = PlaneGeometry.of(src, "y", "x")
     view = FakeView()
     with ViewController(src, geom, engine=get_engine(), view=view) as ctl:
@@ -180,8 +181,7 @@ class SlowFirst(SyntheticSource):
 
 
 def test_an_older_slice_is_never_painted_after_a_newer_one():
-    src = SlowFirst((4, 64, 64), (1, 64, 64))
-    src.prefetch = "off"
+    src = SlowFirst((4, 64, 64), (1, 64, 64), options=NO_PREFETCH)
     view = FakeView()
     with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
         ctl.update(indices={"time": 0})
@@ -195,8 +195,7 @@ def test_an_older_slice_is_never_painted_after_a_newer_one():
 
 
 def test_newer_generation_cancels_queued_chunk_reads():
-    src = SyntheticSource((4, 800, 800), (1, 100, 100), latency=0.05)  # 64 chunks per slice
-    src.prefetch = "off"
+    src = SyntheticSource((4, 800, 800), (1, 100, 100), latency=0.05, options=NO_PREFETCH)  # 64 chunks per slice
     with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(),
                         state=ViewState(height=800, width=800)) as ctl:
         ctl.update(indices={"time": 0})
@@ -211,8 +210,7 @@ def test_newer_generation_cancels_queued_chunk_reads():
 
 
 def test_visible_chunks_are_pinned_and_chunk_map_reports_them():
-    src = SyntheticSource((4, 200, 200), (2, 100, 100))
-    src.prefetch = "off"
+    src = SyntheticSource((4, 200, 200), (2, 100, 100), options=NO_PREFETCH)
     eng = get_engine()
     ctl = ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=eng)
     frame = ctl.wait(ctl.update(indices={"time": 0}), timeout=10)
@@ -293,8 +291,7 @@ def test_the_newest_profile_wins():
             time.sleep(0.05)
             return super().read_chunk_sync(index)
 
-    src = Slow((40, 16, 16), (4, 16, 16))
-    src.prefetch = "off"
+    src = Slow((40, 16, 16), (4, 16, 16), options=NO_PREFETCH)
     view = FakeView()
     with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
         first = ctl.profile_at({"y": 1, "x": 1}, "time")

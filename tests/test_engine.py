@@ -35,7 +35,7 @@ from tsexplore.errors import (
     WrongThreadError,
 )
 from tsexplore.sources import ArraySource, SyncChunkSource, SyntheticSource
-from tsexplore.sources.base import count_retry
+from tsexplore.sources.base import SourceOptions, count_retry
 from tsexplore.testing.wrappers import CountingSource, FaultySource, LatencySource
 
 
@@ -680,7 +680,7 @@ class Quirky(SyncChunkSource):
     def __init__(self) -> None:
         self.shape, self.chunks, self.dims = (4, 4), (2, 2), ("y", "x")
         self.dtype, self.fill_value, self.attrs = np.dtype("float32"), -1.0, {}
-        self.missing = "fill"
+        self.options = SourceOptions(missing="fill")
         self.token = f"quirky-{id(self)}"
 
     def read_chunk_sync(self, index):

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ChunkReadError, MissingChunkError, TsExploreError
 from ..sources.base import ChunkIndex, ChunkSource, SyncChunkSource, retry_counter
+from .absent import AbsentChunks
 from .stats import Stats
 
 #: starting guess of one read's latency, per kind, before any was measured
@@ -29,8 +30,10 @@ FIRST_LATENCY = 0.005
 class CheckedReader:
     """Reads chunks with the checks, fills and counters every read must have."""
 
-    def __init__(self, stats: Stats) -> None:
+    def __init__(self, stats: Stats, absent: AbsentChunks) -> None:
         self.stats = stats
+        #: the chunks read as fill values because the store lacks them (for the chunk map)
+        self.absent = absent
         #: moving average of one read's seconds, per kind ("sync" threads, "async" loop)
         self.latency = {"sync": FIRST_LATENCY, "async": FIRST_LATENCY}
 
@@ -88,9 +91,10 @@ class CheckedReader:
         self, source: ChunkSource, index: ChunkIndex, exc: MissingChunkError
     ) -> tuple[np.ndarray, int]:
         """A missing chunk: the fill value when the source allows it, else the error."""
-        if getattr(source, "missing", "raise") != "fill":
+        if source.options.missing != "fill":
             raise exc
         self.stats.count("missing_filled")
+        self.absent.add(source.token, tuple(index))
         return source.fill_chunk(index), 0
 
     def _failed(self, source: ChunkSource, index: ChunkIndex, exc: Exception) -> TsExploreError:

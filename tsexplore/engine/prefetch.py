@@ -7,7 +7,7 @@
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
 
-``prefetch="off"`` on a source disables the first two. Choosing what to fetch is a pure
+A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing what to fetch is a pure
 function (:func:`momentum_targets`, :func:`ring_targets`) that the tests call directly.
 """
 
@@ -149,8 +149,8 @@ class Prefetcher:
         ``one_pass``: the reader reads each chunk once (dask tasks), so chunks that one-pass
         readers already took are not read ahead again.
         """
-        policy = getattr(source, "prefetch", "auto")
-        if policy in ("off", None, False) or not plan.dims or any(not d.pieces for d in plan.dims):
+        policy = source.options.prefetch
+        if policy == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
             return []
         lo = []
         for d, clen in zip(plan.dims, source.chunks):

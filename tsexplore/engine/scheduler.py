@@ -34,6 +34,7 @@ from .. import config
 from ..errors import EngineClosedError
 from ..sources import close_async_resources
 from ..sources.base import ChunkIndex, ChunkSource
+from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
 from .checked import CheckedReader
@@ -58,7 +59,9 @@ class Engine(BlockingReads):
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
         self.stats = Stats()
         self._table = ReadTable()
-        self._reader = CheckedReader(self.stats)
+        #: chunks read as fill values because the store lacks them (the chunk map shows them)
+        self.absent = AbsentChunks()
+        self._reader = CheckedReader(self.stats, self.absent)
         self._lock = threading.Lock()  # the two memories below
         self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()

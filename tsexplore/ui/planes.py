@@ -48,7 +48,8 @@ def _window(positions: list[int], visible: set[int], max_cells: int) -> tuple[in
 def chunk_states(
     engine: Any, controller: ViewController, max_cells: int = 64
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """The chunk grid of ``controller``'s plane: 0 not loaded, 1 in flight, 2 cached.
+    """The chunk grid of ``controller``'s plane: 0 not loaded, 1 in flight, 2 cached,
+    3 absent (the store has no such chunk; it reads as the fill value).
 
     Returns ``(states, (gy0, gy1, gx0, gx1))``: the source's chunks along the plane's y and x
     axes (only those the plane's selection touches), a window of at most ``max_cells`` per
@@ -75,6 +76,7 @@ def chunk_states(
         k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token
     }
     flying = set() if engine is None else {k[1] for k in engine.in_flight_keys() if k[0] == token}
+    absent = frozenset() if engine is None else engine.absent.indices(token)
     fixed = [d.pieces[0][0] if d.pieces else 0 for d in plan.dims]
     out = np.zeros((len(ys), len(xs)), dtype=np.uint8)
     for i, iy in enumerate(ys):
@@ -82,6 +84,9 @@ def chunk_states(
             idx = list(fixed)
             idx[sy], idx[sx] = iy, ix
             t = tuple(idx)
-            out[i, j] = 2 if t in cached else (1 if t in flying else 0)
+            if t in absent:
+                out[i, j] = 3
+            else:
+                out[i, j] = 2 if t in cached else (1 if t in flying else 0)
     span = (ys[0], ys[-1] + 1, xs[0], xs[-1] + 1) if ys and xs else (0, 0, 0, 0)
     return out, span
