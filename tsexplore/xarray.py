@@ -31,6 +31,8 @@ def _build_dataset(group: SourceGroup, prefetch: Any = "auto") -> xr.Dataset:
             "preferred_chunks": dict(zip(source.dims, source.chunks)),
             "source": getattr(source, "path", None) or source.token,
         }
+        if group.multiscale is not None:  # ds.tse.levels finds the other levels from here
+            encoding["multiscales"] = group.multiscale.encoding(group.level)
         data_vars[name] = xr.Variable(source.dims, lazy, dict(source.attrs), encoding)
     ds = xr.Dataset(data_vars, coords=variables, attrs=dict(group.attrs))
     # CF decoding (times, _FillValue, scale_factor) exactly as xarray does it, still lazy
@@ -165,6 +167,14 @@ class _Accessor:
     @property
     def sources(self) -> list[Any]:
         return sources_of(self._obj)
+
+    @property
+    def levels(self) -> Any:
+        """The multiscale pyramid this object is a level of (``tsexplore.pyramid.Levels``:
+        OME-NGFF, ndpyramid/DataTree, or ``tse.pyramid``), or None."""
+        from .pyramid import levels_of
+
+        return levels_of(self._obj)
 
     def explore(self, **kwargs: Any) -> Any:
         """An Explorer widget on this object (needs the ``lab`` extra)."""

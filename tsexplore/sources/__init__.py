@@ -42,6 +42,9 @@ class SourceGroup:
     variables: dict[str, ChunkSource]
     coords: dict[str, tuple[tuple[str, ...], np.ndarray, dict]] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: the pyramid this is ``level`` of (``tsexplore.sources.multiscale``), or None
+    multiscale: Any = None
+    level: int = 0
 
 
 def _is_zarr_path(path: str) -> bool:
@@ -100,7 +103,13 @@ def open_group(
             sources, coords, attrs = open_netcdf(path, grid)
             return SourceGroup(sources, coords, attrs)
         if _is_zarr_path(path):
+            from .multiscale import open_level, read_multiscale
             from .zarr_source import open_zarr_group
+
+            spec = read_multiscale(path, storage_options)
+            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+                sources, coords, attrs = open_level(spec, 0, storage_options, missing)
+                return SourceGroup(sources, coords, attrs, multiscale=spec)
 
             sources, coords, attrs = open_zarr_group(path, storage_options, missing)
             return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]

@@ -126,7 +126,7 @@ def encode_indices(indices: np.ndarray, encoding: str = "raw") -> EncodedFrame:
         raise ConfigError(f"a frame is a 2-D uint8 plane, got shape {arr.shape}")
     shape = (int(arr.shape[0]), int(arr.shape[1]))
     if encoding == "raw":
-        return EncodedFrame("raw", memoryview(arr).cast("B"), shape)
+        return EncodedFrame("raw", memoryview(arr).cast("B"), shape)  # type: ignore[arg-type]
     from PIL import Image
 
     t0 = time.perf_counter()
