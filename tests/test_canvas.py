@@ -292,3 +292,25 @@ def test_bad_arguments(canvas):
         canvas.show(np.zeros(4, np.uint8))
     with pytest.raises(ConfigError, match="cmap"):
         ImageCanvas(cmap="nope")
+
+
+def test_server_extension_sets_nodelay_on_kernel_websockets():
+    pytest.importorskip("jupyter_server")
+    import logging
+    from types import SimpleNamespace
+
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+    from tsexplore import jupyter_server_ext as ext
+
+    app = SimpleNamespace(web_app=SimpleNamespace(settings={}), log=logging.getLogger("test"))
+    ext._load_jupyter_server_extension(app)
+    cls = app.web_app.settings["kernel_websocket_connection_class"]
+    assert issubclass(cls, ZMQChannelsWebsocketConnection) and cls._tse_nodelay
+    ext._load_jupyter_server_extension(app)  # loading twice wraps once
+    assert app.web_app.settings["kernel_websocket_connection_class"] is cls
+    calls = []
+    handler = SimpleNamespace(ws_connection=object(), set_nodelay=calls.append)
+    assert ext.set_nodelay(SimpleNamespace(websocket_handler=handler, log=None))
+    assert calls == [True]
+    assert not ext.set_nodelay(SimpleNamespace(websocket_handler=None))

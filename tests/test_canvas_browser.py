@@ -4,7 +4,8 @@ Checked from the canvas's own pixels (``getImageData``) against the data and the
 table computed here: the frame asked for is shown (raw, PNG and WebP); a colormap and a
 display-range change repaint without a frame from the kernel; a drag and a wheel zoom make
 the kernel receive the region now on screen; a click reports the pixel under the pointer; the
-widget's keys move its slider and do not reach JupyterLab's command-mode shortcuts.
+widget's keys move its slider and do not reach JupyterLab's command-mode shortcuts. The server
+runs with the opt-in ``tsexplore.jupyter_server_ext`` (TCP_NODELAY on kernel websockets).
 Without chromium this skips locally and FAILS under CI (``CI=true``).
 """
 
@@ -99,7 +100,8 @@ def test_canvas_in_jupyterlab(browser_ready, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     t0 = time.monotonic()
-    with jupyterlab(tmp_path) as (url, token), chromium(tmp_path / "profile") as page:
+    nodelay = ["--ServerApp.jpserver_extensions=tsexplore.jupyter_server_ext=True"]
+    with jupyterlab(tmp_path, args=nodelay) as (url, token), chromium(tmp_path / "profile") as page:
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "tse" in m.text else None)
         page.goto(f"{url}/lab/tree/canvas.ipynb?token={token}")
@@ -186,5 +188,7 @@ def test_canvas_in_jupyterlab(browser_ready, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "canvas_last.png"))
         state = page.evaluate(STATE)
     print(f"canvas browser test: {time.monotonic() - t0:.1f} s, {state}")
+    # the opt-in server extension set TCP_NODELAY on the kernel's websocket (and all worked)
+    assert "TCP_NODELAY on the websocket of kernel" in (tmp_path / "lab.log").read_text()
     assert state["stale"] == 0
     assert not errors, errors
