@@ -19,6 +19,7 @@ with a play button lives in the browser too (``slider``). The JavaScript is
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -112,6 +113,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     slider = t.Dict().tag(sync=True)  # {} or {"dim", "size", "interval", "c0", "dc", "units", "labels"}
     hover_exact = t.Bool(False).tag(sync=True)
     lazy_ack_ms = t.Int(250).tag(sync=True)
+    _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
 
     # kernel side only: set from the browser's messages
     viewport = t.Dict()
@@ -130,8 +132,10 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         if shape is not None:
             kwargs.setdefault("y_axis", axis_spec(dim="y", size=int(shape[0])))
             kwargs.setdefault("x_axis", axis_spec(dim="x", size=int(shape[1])))
+        kwargs.setdefault("_tse_uid", uuid.uuid4().hex)
         super().__init__(**kwargs)
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
+        self._home = threading.get_ident()  # the kernel's thread: comm sends are made there
         self.flow: FrameFlow[tuple[dict[str, Any], EncodedFrame]] = FrameFlow()
         self.costs = CodecCosts()
         self.by_encoding: Counter[str] = Counter()
@@ -185,13 +189,21 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             self._remember(item)
             out = self.flow.offer(item, frame.nbytes, queue=mode == "tile")
         if out is not None:
-            self.dispatch(self._transmit, *out)
+            self._call(self._transmit, *out)
         else:
             seq = self.flow.waiting_on_lazy_ack()
             if seq is not None and seq != self._poked:
                 self._poked = seq
-                self.dispatch(self.send, {"type": "ack?"})
+                self._call(self.send, {"type": "ack?"})
         return int(generation)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` now on the kernel's thread (a frame made in a comm handler goes out
+        before the kernel's "idle"), else hand it to the kernel's loop."""
+        if threading.get_ident() == self._home:
+            fn(*args)
+        else:
+            self.dispatch(fn, *args)
 
     def show_plane(self, plane: np.ndarray, extent: Extent | None = None, clim: Range | None = None,
                    **kwargs: Any) -> Range:
@@ -205,7 +217,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         """Remove the picture."""
         with self._lock:
             self._base, self._frames = None, []
-        self.dispatch(self.send, {"type": "clear"})
+        self._call(self.send, {"type": "clear"})
 
     def _remember(self, item: tuple[dict[str, Any], EncodedFrame]) -> None:
         """What a freshly rendered view needs: the base frame and the current picture."""
@@ -240,7 +252,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
         y = list(y_range) if y_range is not None else [-0.5, ny - 0.5]
         x = list(x_range) if x_range is not None else [-0.5, nx - 0.5]
-        self.dispatch(self.send, {"type": "view", "y": [float(v) for v in y], "x": [float(v) for v in x]})
+        self._call(self.send, {"type": "view", "y": [float(v) for v in y], "x": [float(v) for v in x]})
 
     def set_axes(self, y: AxisMap | None = None, x: AxisMap | None = None) -> None:
         """Label the axes from the Explorer's coordinate maps."""
@@ -294,7 +306,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
 
     def _on_slider_value(self, change: dict[str, Any]) -> None:
         if not self._from_browser:
-            self.dispatch(self.send, {"type": "index", "value": int(change["new"])})
+            self._call(self.send, {"type": "index", "value": int(change["new"])})
 
     def on_pixel(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Call ``fn({"iy", "ix", "y", "x"})`` on every click on the image."""

@@ -489,15 +489,20 @@ class View {
   }
 }
 
-const states = new WeakMap();
+// anywidget hands initialize() and each render() a proxy of its own: key the state on an id
+const states = new Map();
 function stateOf(model) {
-  let s = states.get(model);
-  if (!s) { s = new State(model); states.set(model, s); }
+  const uid = model.get("_tse_uid");
+  let s = states.get(uid);
+  if (!s) { s = new State(model); states.set(uid, s); }
   return s;
 }
 
 export default {
-  initialize({ model }) { stateOf(model); },
+  initialize({ model }) {
+    stateOf(model);
+    return () => { states.delete(model.get("_tse_uid")); };
+  },
   render({ model, el }) {
     const s = stateOf(model), v = new View(s, el);
     s.views.add(v);
