@@ -1,18 +1,30 @@
-"""``python -m benchmarks ui``: the Explorer in a real browser, and slider coalescing.
+"""``python -m benchmarks ui``: the Explorer and a bare canvas in a real browser, and slider coalescing.
 
 1. *slider -> pixel*: JupyterLab + headless Chromium, driven over the DevTools protocol with
    no Network domain (``--driver playwright`` for Playwright, whose Network domain ships
-   every websocket frame's payload to its driver while the move is timed: p50 +40 ms here);
-   the Explorer shows a 1024 x 1024 frame of a 64 x 1024 x 1024 cube with a warm cache;
-   50 ArrowRight presses on the time slider; each is timed in the page from the key event to the animation frame after
-   the new slice's plot update arrived (p50 / p95).
-2. *bytes per frame*: websocket bytes the browser received (and sent back) on the kernel
-   channel during those moves, counted in the page, per move, against 2 x displayed
-   pixels x 4 bytes.
+   every websocket frame's payload to its driver while the move is timed: p50 +40 ms here).
+   Pages, in turn, in one JupyterLab and one browser (``--pages``): ``explorer`` (a 1024 x
+   1024 frame of a 64 x 1024 x 1024 cube, warm cache) and the *bare canvas reference*
+   (``benchmarks/ui_canvas.py``: tsexplore's image canvas and a slider sending a precomputed
+   ``uint8`` frame per move) with an ipywidgets slider (``canvas-ipywidgets``) or the
+   canvas's own slider (``canvas-js``, ``canvas-js-lazy``: acks ride on the next move).
+   5 warm-up presses (``--warmup``), then 50 ArrowRight presses (``--moves``) with a random
+   pause of 50-67 ms after each (random key phase against the display's frames); each is
+   timed in the page from the key event to the second animation frame after the new frame
+   was painted (p50 / p95).
+2. *traffic per move*: websocket bytes and messages the browser received and sent on the
+   kernel channel during the timed moves, counted in the page (bytes per displayed pixel).
 3. *coalescing*: 1,000 slider events in one second against a 50 ms store; slab reads issued
    and whether the final frame is the last requested slice.
+4. ``--pyramid`` (only): a 65,536 x 65,536 plane (sparse fine levels, real coarse ones) opened
+   with a cold cache; time from opening to the overview painted on the canvas, reads per level,
+   decoded bytes (see ``benchmarks/ui_canvas.py``).
 
-Targets: p95 <= 100 ms; bytes/frame <= 2 x pixels x 4; <= 25 reads, final frame correct.
+``--nodelay on|both`` runs the browser part with ``tsexplore.jupyter_server_ext``
+(TCP_NODELAY on kernel websockets; ``both``: without, then with).
+Targets: Explorer p95 <= 100 ms and bytes/frame <= 2 x pixels x 4; bare canvas p95 <= 60 ms,
+<= 1.1 bytes per pixel and <= 4 websocket messages per move; pyramid overview <= 300 ms with
+decoded bytes <= 4 x screen pixels x 4; <= 25 reads, final frame correct.
 Results go to ``benchmarks/results/ui.json``. ``--small`` uses a 64 x 256 x 256 cube.
 """
 
@@ -350,8 +362,10 @@ def pyramid_browser(px: int, workdir: Path, store: Path, driver: str = "cdp",
         cells = [c.format(n=PYRAMID_SIZE, px=px) for c in PYRAMID_CELLS]
         _open_notebook(page, url, token, workdir, "pyramid", cells)
         res = pyramid_page(page, store, px)
-        page.screenshot(workdir / "ui_bench_pyramid.png")
-    return dict(res, nodelay=nodelay, driver=driver)
+        shot = ROOT / "test-artifacts" / "bench" / "ui_bench_pyramid.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(shot)
+    return dict(res, nodelay=nodelay, driver=driver, screenshot=str(shot.relative_to(ROOT)))
 
 
 def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
@@ -369,8 +383,9 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
                   f"+ {m['sent']:.1f} out per move, {b['bytes_sent_back_per_frame'] / 1e3:.1f} kB back")
     p = result.get("pyramid")
     if p:
+        ms = {k: "-" if p[k] is None else f"{p[k]:.0f}" for k in ("first_paint_ms", "overview_ms")}
         print(f"pyramid {p['plane'][0]}^2 on {p['screen'][0]}^2: level {p['target']} {p['levels'][p['target']]}, "
-              f"first paint {p['first_paint_ms']:.0f} ms, overview {p['overview_ms']:.0f} ms after open (cold); "
+              f"first paint {ms['first_paint_ms']} ms, overview {ms['overview_ms']} ms after open (cold); "
               f"reads per level {p['reads_per_level']}, decoded {p['decoded_bytes'] / 1e6:.1f} MB "
               f"(limit {p['decoded_limit'] / 1e6:.1f})")
     for k, v in targets.items():

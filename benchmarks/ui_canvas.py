@@ -8,9 +8,12 @@ run (same JupyterLab, same browser, same timing) as the Explorer.
 *Pyramid*: a 65,536 x 65,536 float32 plane as an OME-NGFF pyramid on Zarr, written without
 16 GB of disk: levels 0-3 (65,536 .. 8,192) are sparse (metadata only: every chunk absent,
 read as fill with ``missing="fill"``), levels 4-8 (4,096 .. 256) are real, written by
-``tse.pyramid`` from a synthetic 4,096^2 plane. The kernel opens the store cold (fresh kernel,
-store pages dropped), picks the level for a 1024^2 screen (``engine.levels``), reads the
-overview and paints it on the canvas; the page times the paint from the kernel's open.
+``tse.pyramid`` from a synthetic 4,096^2 plane. A warm kernel (imports done, engine started on
+a tiny in-memory array) opens the store with a cold cache (nothing of it in tsexplore's cache,
+its pages dropped from the OS cache), picks the level for a 1024^2 screen
+(``engine.levels.overview_plan``), reads the overview (a quick coarser picture first when the
+chosen level needs more than 4 reads) and paints it on the canvas; the page times each paint
+from the kernel's first call (``open_levels``).
 """
 
 from __future__ import annotations
@@ -130,6 +133,9 @@ PYRAMID_CELLS = [
     "from tsexplore.pyramid import open_levels\n"
     "from tsexplore.testing.wrappers import CountingSource\n"
     "from tsexplore.ui._frames import to_indices\n"
+    "import dask.array, zarr  # what xarray and zarr import on first use: not part of opening\n"
+    "_ = tse.open_dataset(np.zeros((2, 2), np.float32)).data.values  # a warm process (engine up)\n"
+    "_ = zarr.open_group(zarr.storage.MemoryStore(), mode='w')\n"
     "c = ImageCanvas(shape=({n}, {n}), width={px}, height={px})\n"
     "c",
 ]

@@ -185,6 +185,15 @@ def test_canvas_in_jupyterlab(browser_ready, tmp_path):
         page.wait_for_timeout(200)
         assert page.evaluate(cell) == where
         assert page.locator(".tse-canvas-slider-label").inner_text().endswith("[1]")
+        # play: the browser steps the slider, each step after the previous one's frame
+        page.locator(".tse-canvas-play").click()
+        _wait_label(page, "index 3")
+        _wait_label(page, "index 0")  # wrapped around
+        page.locator(".tse-canvas-play").click()
+        page.wait_for_timeout(300)
+        stopped = page.evaluate(LABEL)
+        page.wait_for_timeout(300)
+        assert page.evaluate(LABEL) == stopped
         page.screenshot(path=str(ARTIFACTS / "canvas_last.png"))
         state = page.evaluate(STATE)
     print(f"canvas browser test: {time.monotonic() - t0:.1f} s, {state}")
