@@ -43,6 +43,12 @@ function composeLut(pal, fc, dc) {
   return out;
 }
 
+function make(tag, className) {
+  const e = document.createElement(tag);
+  e.className = className;
+  return e;
+}
+
 function niceStep(span, n) {
   const raw = Math.abs(span) / Math.max(1, n);
   const p = Math.pow(10, Math.floor(Math.log10(raw || 1)));
@@ -63,26 +69,21 @@ class State {
     this.views = new Set();
     this.base = null; // a kept overview layer, drawn under the others
     this.layers = [];
-    this.gen = -1;
-    this.baseGen = -1;
+    this.gen = this.baseGen = -1;
     this.view = null; // {x0, x1, y0, y1}: edges in index coordinates
     this.pal = palettes(model);
-    this.pendingAck = null;
-    this.ackTimer = null;
-    this.vpTimer = null;
-    this.vpSent = 0;
+    this.pendingAck = this.ackTimer = this.vpTimer = this.playTimer = null;
+    this.vpSent = this.lastStep = 0;
     this.counts = { received: 0, painted: 0, stale: 0, bytes: 0 };
     this.last = null; // meta of the last painted frame
     this.playing = false;
-    this.playTimer = null;
-    this.lastStep = 0;
     this.index = (model.get("slider") || {}).value ?? 0;
     model.on("msg:custom", (msg, buffers) => this.onMessage(msg, buffers));
     for (const name of ["cmap", "clim", "y_origin"]) model.on(`change:${name}`, () => this.recolour());
     model.on("change:palettes", () => { this.pal = palettes(model); this.recolour(); });
-    for (const name of ["x_axis", "y_axis", "width", "height", "title"]) {
-      model.on(`change:${name}`, () => { if (name !== "title") this.resetView(false); this.drawAll(); });
-    }
+    // new axes or a new size: show the whole plane again, and tell the kernel
+    for (const name of ["x_axis", "y_axis", "width", "height"]) model.on(`change:${name}`, () => this.resetView());
+    model.on("change:title", () => this.drawAll());
     model.on("change:slider", () => this.views.forEach((v) => v.buildSlider()));
     this.send({ type: "ready", ...this.viewport() });
   }
@@ -243,15 +244,11 @@ class View {
     this.el = el;
     el.classList.add("tse-canvas");
     el.tabIndex = 0;
-    this.canvas = document.createElement("canvas");
-    this.canvas.className = "tse-canvas-plot";
-    this.bar = document.createElement("div");
-    this.bar.className = "tse-canvas-bar";
-    this.readout = document.createElement("span");
-    this.readout.className = "tse-canvas-readout";
+    this.canvas = make("canvas", "tse-canvas-plot");
+    this.bar = make("div", "tse-canvas-bar");
+    this.readout = make("span", "tse-canvas-readout");
     this.bar.append(this.readout);
-    this.sliderRow = document.createElement("div");
-    this.sliderRow.className = "tse-canvas-slider";
+    this.sliderRow = make("div", "tse-canvas-slider");
     el.append(this.canvas, this.bar, this.sliderRow);
     this.buildSlider();
     this.listen();
@@ -271,11 +268,7 @@ class View {
       if (!drag) return;
       const dx = e.offsetX - drag.x, dy = e.offsetY - drag.y;
       if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
-      if (!drag.moved) return;
-      const { w, h } = s.box(), v = drag.view;
-      const kx = (v.x1 - v.x0) / w, ky = (v.y1 - v.y0) / h * (this.lower() ? -1 : 1);
-      s.view = { x0: v.x0 - dx * kx, x1: v.x1 - dx * kx, y0: v.y0 - dy * ky, y1: v.y1 - dy * ky };
-      s.viewChanged();
+      if (drag.moved) this.pan(-dx, -dy, drag.view); // the picture follows the pointer
     });
     c.addEventListener("pointerup", (e) => {
       if (drag && !drag.moved) this.click(e);
@@ -327,8 +320,8 @@ class View {
     const v = this.s.view, h = this.s.box().h;
     return M.top + (this.lower() ? (v.y1 - y) : (y - v.y0)) / (v.y1 - v.y0) * h;
   }
-  pan(dx, dy) {
-    const s = this.s, v = s.view, { w, h } = s.box();
+  pan(dx, dy, v = this.s.view) { // move the view by (dx, dy) screen pixels from view v
+    const s = this.s, { w, h } = s.box();
     const kx = (v.x1 - v.x0) / w, ky = (v.y1 - v.y0) / h * (this.lower() ? -1 : 1);
     s.view = { x0: v.x0 + dx * kx, x1: v.x1 + dx * kx, y0: v.y0 + dy * ky, y1: v.y1 + dy * ky };
     s.viewChanged();
@@ -401,16 +394,13 @@ class View {
     g.fillText(title, M.left, M.top / 2);
   }
   axisName(a) { return a.units ? `${a.dim} (${a.units})` : (a.dim || ""); }
-  coord(a, i) { return a.labels ? null : (a.c0 ?? 0) + i * (a.dc ?? 1); }
   // [index position, label] pairs for the visible index range lo..hi (edges)
   ticks(a, lo, hi, n) {
     const out = [], size = a.size || 1, first = Math.max(-0.5, lo), last = Math.min(size - 0.5, hi);
     if (!(last > first)) return out;
     if (a.labels) { // not uniform: integer index ticks labelled with the coordinate values
       const step = Math.max(1, Math.round(niceStep(last - first, n)));
-      for (let i = Math.ceil(first / step) * step; i <= last; i += step) {
-        if (i >= 0 && i < size) out.push([i, String(a.labels[i])]);
-      }
+      for (let i = Math.ceil(first / step) * step; i <= last; i += step) if (i >= 0 && i < size) out.push([i, String(a.labels[i])]);
       return out;
     }
     const c0 = a.c0 ?? 0, dc = a.dc ?? 1;
@@ -439,7 +429,7 @@ class View {
   }
   label(a, i) {
     if (a.labels) return i >= 0 && i < a.labels.length ? String(a.labels[i]) : `${i}`;
-    return `${fmt(this.coord(a, i))}${a.units ? " " + a.units : ""}`;
+    return `${fmt((a.c0 ?? 0) + i * (a.dc ?? 1))}${a.units ? " " + a.units : ""}`;
   }
   hover(e) {
     if (!this.inPlot(e)) { this.readout.textContent = ""; return; }
@@ -468,15 +458,12 @@ class View {
     this.sliderRow.replaceChildren();
     this.range = null;
     if (!cfg.size) return;
-    this.play = document.createElement("button");
-    this.play.className = "tse-canvas-play";
+    this.play = make("button", "tse-canvas-play");
     this.play.addEventListener("click", () => s.togglePlay());
-    this.range = document.createElement("input");
+    this.range = make("input", "tse-canvas-range");
     Object.assign(this.range, { type: "range", min: 0, max: cfg.size - 1, step: 1, value: s.index });
-    this.range.className = "tse-canvas-range";
     this.range.addEventListener("input", () => s.setIndex(Number(this.range.value)));
-    this.sliderLabel = document.createElement("span");
-    this.sliderLabel.className = "tse-canvas-slider-label";
+    this.sliderLabel = make("span", "tse-canvas-slider-label");
     this.sliderRow.append(this.play, this.range, this.sliderLabel);
     this.showIndex();
   }
