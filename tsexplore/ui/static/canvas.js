@@ -125,14 +125,11 @@ class State {
   send(content) {
     if (this.pendingAck) { // piggyback the held ack
       Object.assign(content, { ack: this.pendingAck.seq, held: performance.now() - this.pendingAck.t });
-      this.pendingAck = null;
-      clearTimeout(this.ackTimer);
+      this.pendingAck = null; clearTimeout(this.ackTimer);
     }
     this.model.send(content);
   }
-  flushAck() {
-    if (this.pendingAck) this.send({ type: "ack" });
-  }
+  flushAck() { if (this.pendingAck) this.send({ type: "ack" }); }
   onMessage(msg, buffers) {
     const t = performance.now();
     if (msg.type === "frame") {
@@ -178,9 +175,12 @@ class State {
       return;
     }
     const [h, w] = msg.shape, [[y0, y1], [x0, x1]] = msg.extent;
-    const canvas = new OffscreenCanvas(Math.max(1, w), Math.max(1, h));
-    const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, canvas,
-                    img: new ImageData(Math.max(1, w), Math.max(1, h)), extent: { y0, y1, x0, x1 } };
+    // a frame replacing one of its size reuses its pixels (no 2 x 4 bytes/pixel of garbage a frame)
+    const old = mode === "replace" && this.layers.length === 1 ? this.layers[0] : null;
+    const same = old && old.w === w && old.h === h;
+    const canvas = same ? old.canvas : new OffscreenCanvas(Math.max(1, w), Math.max(1, h));
+    const img = same ? old.img : new ImageData(Math.max(1, w), Math.max(1, h));
+    const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, canvas, img, extent: { y0, y1, x0, x1 } };
     this.colour(layer);
     if (mode === "base") { this.base = layer; this.baseGen = msg.gen; }
     else if (mode === "tile" && msg.gen === this.gen) {
