@@ -32,7 +32,7 @@ from tsexplore.xarray import TsExploreBackendEntrypoint, sources_of
 
 PACKAGE = Path(tse.__file__).resolve().parent
 GUI = ("ipywidgets", "holoviews", "bokeh", "panel", "IPython")
-HEAVY = ("ipywidgets", "holoviews", "bokeh", "panel", "torch", "tensorflow", "cupy")
+HEAVY = ("ipywidgets", "holoviews", "bokeh", "panel", "anywidget", "torch", "tensorflow", "cupy")
 
 
 @pytest.fixture(autouse=True)
@@ -321,7 +321,7 @@ def test_missing_dependency_names_the_extra() -> None:
 
 def test_import_does_not_pull_heavy_stacks() -> None:
     code = (
-        "import json, sys; import tsexplore, tsexplore.engine, tsexplore.sources, tsexplore.xarray;"
+        "import json, sys; import tsexplore, tsexplore.engine, tsexplore.sources, tsexplore.xarray, tsexplore.pyramid;"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(HEAVY)!r})))"
     )
     out = subprocess.run(

@@ -17,6 +17,9 @@ from . import config, errors
 from .engine import Priority, StatsSnapshot, close_engine, get_engine
 from .engine import snapshot as _snapshot
 from .errors import TsExploreError
+
+# the function, not the submodule of the same name (imported here, so it stays the function)
+from .pyramid import pyramid
 from .sample import sample_data
 from .sources import SourceOptions, SyntheticSource
 from .xarray import open_dataset
@@ -36,6 +39,7 @@ __all__ = [
     "config",
     "errors",
     "open_dataset",
+    "pyramid",
     "sample_data",
     "stats",
     "synthetic",

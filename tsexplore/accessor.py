@@ -29,6 +29,14 @@ class _Accessor:
         """The engine sources behind the variables (whatever selection or decoding they carry)."""
         return sources_of(self._obj)
 
+    @property
+    def levels(self) -> Any:
+        """The multiscale pyramid this object is a level of (a :class:`tsexplore.pyramid.Levels`:
+        OME-NGFF, ndpyramid/DataTree, or one written by ``tse.pyramid``), or None."""
+        from .pyramid import levels_of
+
+        return levels_of(self._obj)
+
     def explore(self, **kwargs: Any) -> Any:
         """An Explorer widget on this object (needs the ``lab`` extra)."""
         from .ui import explore

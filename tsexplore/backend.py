@@ -126,7 +126,10 @@ class EngineStore(AbstractDataStore):
         for name, source in self.group.variables.items():
             if name not in self.drop:
                 data = NumpyLazyArray(StreamingArray(source))
-                out[name] = xr.Variable(source.dims, data, dict(source.attrs), dict(source.encoding))
+                encoding = dict(source.encoding)
+                if self.group.multiscale is not None:  # ds.tse.levels finds the other levels
+                    encoding["multiscales"] = self.group.multiscale.encoding(self.group.level)
+                out[name] = xr.Variable(source.dims, data, dict(source.attrs), encoding)
         return out
 
     def get_attrs(self) -> dict[str, Any]:

@@ -91,7 +91,8 @@ def open_group(
     if isinstance(obj, SourceGroup):
         variables = {k: v.with_options(options) for k, v in obj.variables.items()}
         return SourceGroup(
-            variables, dict(obj.coords), dict(obj.attrs), dict(obj.encoding), set(obj.coord_names)
+            variables, dict(obj.coords), dict(obj.attrs), dict(obj.encoding), set(obj.coord_names),
+            obj.multiscale, obj.level,
         )
     if isinstance(obj, (str, Path)):
         path = os.fspath(obj)
@@ -105,7 +106,13 @@ def open_group(
             sources, coords, attrs, encoding = open_netcdf(path, grid, options)
             return SourceGroup(sources, coords, attrs, encoding)
         if _is_zarr_path(path):
+            from .multiscale import open_level, read_multiscale
             from .zarr_source import open_zarr_group
+
+            spec = read_multiscale(path, storage_options)
+            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+                sources, coords, attrs = open_level(spec, 0, storage_options, options)
+                return SourceGroup(sources, coords, attrs, multiscale=spec)
 
             sources, coords, attrs = open_zarr_group(path, storage_options, options)
             return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]

@@ -224,6 +224,9 @@ class SourceGroup:
     attrs: dict[str, Any] = field(default_factory=dict)
     encoding: dict[str, Any] = field(default_factory=dict)
     coord_names: set[str] = field(default_factory=set)
+    #: the pyramid this is ``level`` of (``tsexplore.sources.multiscale``), or None
+    multiscale: Any = None
+    level: int = 0
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
         return ("SourceGroup", tuple(sorted((k, v.token) for k, v in self.variables.items())))

@@ -88,7 +88,10 @@ class ZarrSource(ChunkSource):
         name: str,
         storage_options: dict[str, Any] | None = None,
         options: SourceOptions = DEFAULT_OPTIONS,
+        dims: tuple[str, ...] | None = None,
     ) -> None:
+        """``dims`` names the axes where the array's own metadata does not (OME-NGFF v0.4
+        arrays take them from their ``multiscales`` axes)."""
         self._array = array  # a zarr.Array, used for metadata and the fallback path
         self.root = root.rstrip("/")
         self.name = name
@@ -96,9 +99,11 @@ class ZarrSource(ChunkSource):
         self.shape = tuple(int(s) for s in array.shape)
         self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks are decoded to native
         described = variable_meta(array, name)
-        self.dims = described.dims
+        self.dims = described.dims if dims is None else tuple(dims)
         self.attrs = described.attrs
         self.encoding = described.encoding
+        if dims is not None:
+            self.encoding = {**described.encoding, "preferred_chunks": dict(zip(self.dims, array.chunks))}
         self._store_dtype = described.store_dtype
         meta = array.metadata
         self.chunks = tuple(int(c) for c in array.chunks)
