@@ -13,7 +13,18 @@ os.environ.setdefault("TSEXPLORE_SAMPLE_SIZE", "small")
 
 import tsexplore as tse  # noqa: E402
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+def _find_shared_data() -> Path:
+    """``shared/data`` beside the repository, or beside a folder above it (a worktree)."""
+    root = Path(__file__).resolve().parents[1]
+    for parent in root.parents:
+        candidate = parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return root.parent / "shared" / "data"
+
+
+SHARED_DATA = _find_shared_data()
 
 
 @pytest.fixture(scope="session")

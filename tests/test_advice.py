@@ -15,6 +15,7 @@ import tsexplore as tse
 import tsexplore.xarray as tx
 from tsexplore._layout import ADVISE_CODECS, Layout
 from tsexplore.errors import ConfigError
+from tsexplore.resolve import sources_of
 from tsexplore.testing.wrappers import LatencySource
 
 SERIES = Layout((32, 16, 16), "blosc-lz4-5", None, "series")
@@ -40,7 +41,7 @@ def slowed(monkeypatch: pytest.MonkeyPatch, chunks: tuple[int, ...], seconds: fl
     def open_dataset(obj, *args, **kwargs):
         ds = real(obj, *args, **kwargs)
         if isinstance(obj, Path) and obj.name.startswith("candidate-"):
-            src = tx.sources_of(ds["temp"])[0]
+            src = sources_of(ds["temp"])[0]
             if src.chunks == chunks:
                 wrapped.append(1)
                 slow = LatencySource(src, seconds)

@@ -32,7 +32,7 @@ from tsexplore.xarray import TsExploreBackendEntrypoint, sources_of
 
 PACKAGE = Path(tse.__file__).resolve().parent
 GUI = ("ipywidgets", "holoviews", "bokeh", "panel", "IPython")
-HEAVY = ("ipywidgets", "holoviews", "bokeh", "panel", "torch", "tensorflow", "cupy")
+HEAVY = ("ipywidgets", "holoviews", "bokeh", "panel", "anywidget", "torch", "tensorflow", "cupy")
 
 
 @pytest.fixture(autouse=True)
@@ -118,6 +118,68 @@ def test_xr_open_dataset_engine_tsexplore(store: tuple[Path, np.ndarray]) -> Non
     assert set(dropped.data_vars) == {"temp"}
     with pytest.raises(ConfigError, match="missing"):
         xr.open_dataset(path, engine="tsexplore", missing="sometimes")
+
+
+@pytest.fixture(scope="module")
+def cf_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with CF encodings (times, packing, a fill value, characters), by xarray."""
+    path = tmp_path_factory.mktemp("api-cf") / "cf.zarr"
+    temp = np.linspace(-5, 30, 24).reshape(4, 6)
+    temp[0, 0] = np.nan
+    ds = xr.Dataset(
+        {
+            "temp": (("time", "x"), temp, {"units": "degC"}),
+            "flag": (("x",), np.array([0, 1, 2, -1, 1, 0], "i2")),
+            "code": (("x", "nchar"), np.full((6, 2), b"a")),
+            "lag": (("time",), np.arange(4) * np.timedelta64(90, "m")),
+        },
+        coords={"time": xr.date_range("2000-01-01", periods=4, freq="D").values, "x": np.arange(6.0)},
+        attrs={"title": "cf"},
+    )
+    ds["temp"].encoding.update(dtype="int16", scale_factor=0.01, _FillValue=-32768)
+    ds["flag"].encoding["_FillValue"] = -1
+    ds["temp"].attrs["coordinates"] = "x"
+    ds.to_zarr(path, zarr_format=3, mode="w")
+    return path
+
+
+DECODER_CASES = [
+    {},
+    {"decode_cf": False},
+    {"mask_and_scale": False},
+    {"decode_times": False},
+    {"decode_timedelta": False},
+    {"decode_times": xr.coders.CFDatetimeCoder(use_cftime=True)},
+    {"concat_characters": False},
+    {"decode_coords": False},
+    {"decode_coords": "all"},
+    {"drop_variables": ["flag", "x"]},
+    {"mask_and_scale": {"temp": False}},
+]
+
+
+@pytest.mark.parametrize("opts", DECODER_CASES, ids=[str(sorted(c)) for c in DECODER_CASES])
+def test_xarray_decoder_options_are_honoured(cf_store: Path, opts: dict) -> None:
+    """Both open paths take xarray's decoder options and give what xarray's zarr engine gives."""
+    assert set(tse.xarray.DECODER_OPTIONS) <= set(TsExploreBackendEntrypoint.open_dataset_parameters)
+    truth = xr.open_dataset(cf_store, engine="zarr", **opts).load()
+    xr.testing.assert_identical(xr.open_dataset(cf_store, engine="tsexplore", **opts).load(), truth)
+    xr.testing.assert_identical(tse.open_dataset(cf_store, **opts).load(), truth)
+    xr.testing.assert_identical(tse.open_dataset(cf_store, chunks={}, **opts).load(), truth)
+
+
+def test_use_cftime_keyword_as_xarray_takes_it(cf_store: Path) -> None:
+    with pytest.warns(FutureWarning, match="use_cftime"):
+        truth = xr.open_dataset(cf_store, engine="zarr", use_cftime=True).load()
+    with pytest.warns(FutureWarning, match="use_cftime"):
+        got = tse.open_dataset(cf_store, use_cftime=True).load()
+    xr.testing.assert_identical(got, truth)
+    assert type(got["time"].values[0]).__module__.startswith("cftime")
+
+
+def test_unknown_keyword_names_the_decoder_options(store: tuple[Path, np.ndarray]) -> None:
+    with pytest.raises(ConfigError, match="unknown keyword.*decode_times"):
+        tse.open_dataset(store[0], decode_dates=False)
 
 
 def test_guess_can_open() -> None:
@@ -259,7 +321,7 @@ def test_missing_dependency_names_the_extra() -> None:
 
 def test_import_does_not_pull_heavy_stacks() -> None:
     code = (
-        "import json, sys; import tsexplore, tsexplore.engine, tsexplore.sources, tsexplore.xarray;"
+        "import json, sys; import tsexplore, tsexplore.engine, tsexplore.sources, tsexplore.xarray, tsexplore.pyramid;"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(HEAVY)!r})))"
     )
     out = subprocess.run(
@@ -306,40 +368,6 @@ def test_engine_and_sources_never_import_gui_code(layer: str) -> None:
         if name.split(".")[0] in GUI
     ]
     assert not offenders, offenders
-
-
-def test_imports_point_down_only() -> None:
-    upper = {
-        "sources": (
-            "tsexplore.engine",
-            "tsexplore.xarray",
-            "tsexplore.ui",
-            "tsexplore.controller",
-            "tsexplore.compute",
-            "tsexplore.loader",
-        ),
-        "engine": (
-            "tsexplore.xarray",
-            "tsexplore.ui",
-            "tsexplore.controller",
-            "tsexplore.compute",
-            "tsexplore.loader",
-        ),
-    }
-    offenders = []
-    for layer, banned in upper.items():
-        for f in sorted((PACKAGE / layer).rglob("*.py")):
-            for name, line in _imports(f):
-                if name.startswith(banned):
-                    offenders.append(f"{f.relative_to(PACKAGE)}:{line} imports {name}")
-    assert not offenders, offenders
-
-
-def test_the_layering_check_sees_relative_imports(tmp_path: Path) -> None:
-    """Guard the checker itself: relative and lazy imports resolve to absolute names."""
-    names = {n for n, _ in _imports(PACKAGE / "engine" / "scheduler.py")}
-    assert "tsexplore.engine.cache" in names and "tsexplore.sources" in names
-    assert "tsexplore.engine.prefetch" in names  # imported lazily inside a method
 
 
 def test_empty_negative_step_slice_reads_nothing() -> None:

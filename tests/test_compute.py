@@ -21,7 +21,8 @@ from tsexplore.errors import (
     MissingDependencyError,
     TsExploreError,
 )
-from tsexplore.sources import ArraySource, SyntheticSource
+from tsexplore.resolve import SelectionSource
+from tsexplore.sources import SyntheticSource
 
 OPS = ("sum", "mean", "var", "std", "min", "max", "count")
 DIMS = (None, "time", ["y", "x"], "x", ["time", "x"])
@@ -79,7 +80,8 @@ def test_full_source_is_streamed_directly(cube):
     feed = feed_for(ds["temp"])
     assert feed.direct and feed.source is ds["temp"].tse.sources[0]
     sliced = feed_for(ds["temp"].isel(time=slice(2, 9)))
-    assert not sliced.through_engine and isinstance(sliced.source, ArraySource)
+    assert not sliced.through_engine and isinstance(sliced.source, SelectionSource)
+    assert sliced.source.shape == (7, 128, 128)
     reversed_ = feed_for(ds["temp"].isel(x=slice(None, None, -1)))
     assert not reversed_.direct  # same shape, but not the source's values in order
 

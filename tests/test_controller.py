@@ -1,4 +1,4 @@
-"""The headless view controller, driven by a fake view (no widgets, no browser)."""
+"""The headless view controller, driven by a fake view and a mock one (no widgets, no browser)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from tsexplore.controller import (
     PlaneGeometry,
+    View,
     ViewController,
     ViewState,
-    live_controllers,
     resolve,
     robust_range,
     stream_profile,
@@ -20,7 +20,9 @@ from tsexplore.controller import (
 )
 from tsexplore.engine import get_engine
 from tsexplore.errors import ConfigError, TsExploreError
-from tsexplore.sources import SyntheticSource
+from tsexplore.sources import SourceOptions, SyntheticSource
+
+NO_PREFETCH = SourceOptions(prefetch="off")
 
 
 def chunks_of(key, chunks):
@@ -37,19 +39,23 @@ def chunks_of(key, chunks):
 
 
 class FakeView:
-    """Collects frames the way the Explorer would paint them."""
+    """Collects frames the way the Explorer would paint them (a :class:`View`)."""
 
     def __init__(self) -> None:
         self.frames = []
         self.errors = []
+        self.profiles = []
         self.lock = threading.Lock()
 
-    def on_frame(self, frame) -> None:
+    def show_frame(self, frame) -> None:
         with self.lock:
             self.frames.append(frame)
 
-    def on_error(self, exc) -> None:
+    def show_error(self, exc) -> None:
         self.errors.append(exc)
+
+    def show_profile(self, profile) -> None:
+        self.profiles.append(profile)
 
 
 # -- resolve (pure) -------------------------------------------------------------------------
@@ -123,8 +129,8 @@ def test_frames_match_the_source_and_update_never_blocks():
     src = SyntheticSource((6, 300, 400), (1, 100, 100), latency=0.05)
     geom = PlaneGeometry.of(src, "y", "x")
     view = FakeView()
-    with ViewController(src, geom, state=ViewState(height=150, width=200),
-                        on_frame=view.on_frame) as ctl:
+    with ViewController(src, geom, engine=get_engine(), state=ViewState(height=150, width=200),
+                        view=view) as ctl:
         t0 = time.perf_counter()
         gen = ctl.update(indices={"time": 3})
         assert time.perf_counter() - t0 < 0.02  # no I/O on the caller's thread
@@ -143,11 +149,10 @@ def test_frames_match_the_source_and_update_never_blocks():
 
 def test_thousand_events_in_one_second_coalesce():
     """1,000 slider events in 1 s against a 50 ms store: <= 25 slab reads, last slice shown."""
-    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05)
-    src.prefetch = "off"
+    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05, options=NO_PREFETCH)
     geom = PlaneGeometry.of(src, "y", "x")
     view = FakeView()
-    with ViewController(src, geom, on_frame=view.on_frame) as ctl:
+    with ViewController(src, geom, engine=get_engine(), view=view) as ctl:
         start = time.perf_counter()
         worst = 0.0
         for i in range(1000):
@@ -176,10 +181,9 @@ class SlowFirst(SyntheticSource):
 
 
 def test_an_older_slice_is_never_painted_after_a_newer_one():
-    src = SlowFirst((4, 64, 64), (1, 64, 64))
-    src.prefetch = "off"
+    src = SlowFirst((4, 64, 64), (1, 64, 64), options=NO_PREFETCH)
     view = FakeView()
-    with ViewController(src, PlaneGeometry.of(src, "y", "x"), on_frame=view.on_frame) as ctl:
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
         ctl.update(indices={"time": 0})
         time.sleep(0.05)
         gen = ctl.update(indices={"time": 2})
@@ -191,9 +195,8 @@ def test_an_older_slice_is_never_painted_after_a_newer_one():
 
 
 def test_newer_generation_cancels_queued_chunk_reads():
-    src = SyntheticSource((4, 800, 800), (1, 100, 100), latency=0.05)  # 64 chunks per slice
-    src.prefetch = "off"
-    with ViewController(src, PlaneGeometry.of(src, "y", "x"),
+    src = SyntheticSource((4, 800, 800), (1, 100, 100), latency=0.05, options=NO_PREFETCH)  # 64 chunks per slice
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(),
                         state=ViewState(height=800, width=800)) as ctl:
         ctl.update(indices={"time": 0})
         time.sleep(0.08)
@@ -207,25 +210,17 @@ def test_newer_generation_cancels_queued_chunk_reads():
 
 
 def test_visible_chunks_are_pinned_and_chunk_map_reports_them():
-    src = SyntheticSource((4, 200, 200), (2, 100, 100))
-    src.prefetch = "off"
+    src = SyntheticSource((4, 200, 200), (2, 100, 100), options=NO_PREFETCH)
     eng = get_engine()
-    ctl = ViewController(src, PlaneGeometry.of(src, "y", "x"))
+    ctl = ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=eng)
     frame = ctl.wait(ctl.update(indices={"time": 0}), timeout=10)
     keys0 = [eng.key(src, i) for i in frame.request.chunks]
     assert all(eng.cache.is_pinned(k) for k in keys0)
-    states, window = ctl.chunk_states()
-    assert window == (0, 2, 0, 2)
-    truth = np.array([[2 if eng.key(src, (0, y, x)) in eng.cache else 0 for x in range(2)] for y in range(2)])
-    np.testing.assert_array_equal(states, truth)
-    assert (states == 2).all()
     frame = ctl.wait(ctl.update(indices={"time": 3}), timeout=10)
     assert not any(eng.cache.is_pinned(k) for k in keys0)
     assert all(eng.cache.is_pinned(eng.key(src, i)) for i in frame.request.chunks)
-    assert ctl in live_controllers()
     ctl.close()
     assert not any(eng.cache.is_pinned(eng.key(src, i)) for i in frame.request.chunks)
-    assert ctl not in live_controllers()
     assert not any(t.name == f"tsexplore-view-{ctl.id}" for t in threading.enumerate())
     with pytest.raises(TsExploreError, match="closed"):
         ctl.update(indices={"time": 1})
@@ -240,8 +235,7 @@ def test_read_errors_reach_the_view_and_the_thread_survives():
 
     src = Broken((3, 32, 32), (1, 32, 32))
     view = FakeView()
-    with ViewController(src, PlaneGeometry.of(src, "y", "x"), on_frame=view.on_frame,
-                        on_error=view.on_error) as ctl:
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
         with pytest.raises(TsExploreError, match="disk on fire"):
             ctl.wait(ctl.update(indices={"time": 1}), timeout=10)
         assert view.errors and ctl.counts["errors"] == 1
@@ -254,9 +248,93 @@ def test_stream_profile_matches_the_source():
     geom = PlaneGeometry.of(src, "y", "x")
     chunks = []
     values = None
-    for values, filled in stream_profile(src, geom, {"y": 17, "x": 29}, "time"):  # noqa: B007
+    for values, filled in stream_profile(src, geom, {"y": 17, "x": 29}, "time", engine=get_engine()):  # noqa: B007
         chunks.append(filled)
     assert chunks == [8, 16, 24, 32, 40, 48, 50]
     np.testing.assert_array_equal(values, src.evaluate((slice(0, 50), slice(17, 18), slice(29, 30)))[:, 0, 0])
     with pytest.raises(ConfigError):
-        list(stream_profile(src, geom, {"y": 40, "x": 0}, "time"))
+        list(stream_profile(src, geom, {"y": 40, "x": 0}, "time", engine=get_engine()))
+
+
+# -- the view seam: a mock View, the engine passed in, profiles, selections ---------------------
+
+
+def test_a_mock_view_sees_frames_errors_and_profiles_through_the_protocol():
+    from unittest.mock import MagicMock
+
+    class Broken(SyntheticSource):
+        def read_chunk_sync(self, index):
+            if index[0] == 2:
+                raise OSError("bad sector")
+            return super().read_chunk_sync(index)
+
+    src = Broken((4, 40, 30), (1, 20, 15))
+    view = MagicMock(spec=View)
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
+        frame = ctl.wait(ctl.update(indices={"time": 1}), timeout=10)
+        view.show_frame.assert_called_with(frame)
+        with pytest.raises(TsExploreError, match="bad sector"):
+            ctl.wait(ctl.update(indices={"time": 2}), timeout=10)
+        (exc,), _ = view.show_error.call_args
+        assert "bad sector" in str(exc)
+        # a profile along time crosses the broken slice: the view is told, no profile is done
+        ctl.profile_at({"y": 7, "x": 11}, "time").join(10)
+    assert view.show_error.call_count == 2
+    (exc,), _ = view.show_error.call_args
+    assert "bad sector" in str(exc) and "(2, 0, 0)" in str(exc)
+    assert not any(c.args[0].done for c in view.show_profile.call_args_list)
+
+
+def test_the_newest_profile_wins():
+    class Slow(SyntheticSource):
+        def read_chunk_sync(self, index):
+            time.sleep(0.05)
+            return super().read_chunk_sync(index)
+
+    src = Slow((40, 16, 16), (4, 16, 16), options=NO_PREFETCH)
+    view = FakeView()
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
+        first = ctl.profile_at({"y": 1, "x": 1}, "time")
+        time.sleep(0.08)
+        second = ctl.profile_at({"y": 5, "x": 9}, "time")
+        first.join(10)
+        second.join(10)
+    gens = [p.generation for p in view.profiles]
+    assert gens == sorted(gens)  # never an older profile after a newer one
+    assert [p.done for p in view.profiles if p.generation == 1] in ([], [False] * gens.count(1))
+    last = view.profiles[-1]
+    assert last.done and last.generation == 2
+    np.testing.assert_array_equal(last.values, src.evaluate((slice(0, 40), slice(5, 6), slice(9, 10)))[:, 0, 0])
+
+
+def test_the_controller_reads_through_the_engine_it_is_given():
+    from tsexplore.engine import Engine, current_engine
+
+    src = SyntheticSource((3, 32, 32), (1, 16, 16))
+    with Engine() as eng, ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=eng) as ctl:
+        frame = ctl.wait(ctl.update(indices={"time": 2}), timeout=10)
+        np.testing.assert_array_equal(frame.data, src.evaluate((slice(2, 3), slice(0, 32), slice(0, 32)))[0])
+        assert eng.snapshot().reads >= 4
+        assert current_engine() is None  # the process-wide engine was never started
+
+
+def test_a_selection_is_shown_exactly():
+    import xarray as xr
+
+    import tsexplore as tse
+
+    values = np.arange(8 * 64 * 64, dtype="float32").reshape(8, 64, 64)
+    ds = tse.open_dataset(xr.Dataset({"v": (("t", "y", "x"), values)}), grid=(2, 16, 16))
+    sel = ds.v.isel(y=slice(10, 20), x=slice(5, 50, 3), t=[6, 1, 3])
+    from tsexplore.resolve import resolve as resolve_selection
+
+    found = resolve_selection(sel)
+    geom = PlaneGeometry.of(found, "y", "x")
+    assert geom.shape == (3, 10, 15)
+    with ViewController(found, geom, engine=get_engine()) as ctl:
+        for t in range(3):
+            frame = ctl.wait(ctl.update(indices={"t": t}), timeout=10)
+            np.testing.assert_array_equal(frame.data, sel.values[t])
+        ctl.profile_at({"y": 4, "x": 2}, "t").join(10)
+    values_along, _ = list(stream_profile(found.source, geom, {"y": 4, "x": 2}, "t", engine=get_engine()))[-1]
+    np.testing.assert_array_equal(values_along, sel.values[:, 4, 2])

@@ -29,10 +29,13 @@ from tsexplore.errors import (
     ChunkReadError,
     ConfigError,
     EngineClosedError,
+    MissingChunkError,
     ReadTimeoutError,
     RequestCancelledError,
+    WrongThreadError,
 )
-from tsexplore.sources import ArraySource, SyntheticSource
+from tsexplore.sources import ArraySource, SyncChunkSource, SyntheticSource
+from tsexplore.sources.base import SourceOptions, count_retry
 from tsexplore.testing.wrappers import CountingSource, FaultySource, LatencySource
 
 
@@ -272,7 +275,7 @@ def test_blocking_read_on_the_io_loop_is_refused() -> None:
     async def inside() -> None:
         eng.fetch(src, [(0, 0)])
 
-    with pytest.raises(EngineClosedError, match="own I/O loop"):
+    with pytest.raises(WrongThreadError, match="own I/O loop"):
         eng.run_coroutine(inside(), timeout=5)
 
 
@@ -666,3 +669,84 @@ def test_zarr_advise_is_a_harmless_hint(tmp_path: Path) -> None:
     got = ds[list(ds.data_vars)[0]].values
     np.testing.assert_array_equal(got[:4], data[:4])
     assert np.isnan(got[4:]).all()
+
+
+# -- one checked read, scheduled or nested ------------------------------------------------------
+
+
+class Quirky(SyncChunkSource):
+    """A 4 x 4 source (2 x 2 chunks) with one quirk per chunk, opened with missing="fill"."""
+
+    def __init__(self) -> None:
+        self.shape, self.chunks, self.dims = (4, 4), (2, 2), ("y", "x")
+        self.dtype, self.fill_value, self.attrs = np.dtype("float32"), -1.0, {}
+        self.options = SourceOptions(missing="fill")
+        self.token = f"quirky-{id(self)}"
+
+    def read_chunk_sync(self, index):
+        count_retry()  # every read reports one retried request
+        if index == (0, 0):
+            raise MissingChunkError("chunk (0, 0) is not in the store", source=self.token, index=index)
+        if index == (0, 1):
+            return np.full((2, 2), 7.0, dtype="float64"), 32  # wrong dtype: cast
+        if index == (1, 0):
+            raise OSError("disk on fire")
+        return np.zeros((3, 2), dtype="float32"), 24  # wrong shape
+
+
+class Nested(SyncChunkSource):
+    """Reads another source through the engine from inside a read thread (a nested read)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.shape, self.chunks, self.dims = inner.shape, inner.chunks, inner.dims
+        self.dtype, self.fill_value, self.attrs = inner.dtype, inner.fill_value, {}
+        self.token = f"nested-{id(self)}"
+
+    def read_chunk_sync(self, index):
+        return get_engine().fetch(self.inner, [index])[0], 0
+
+
+@pytest.mark.parametrize("via", ["scheduled", "nested", "nested-async"])
+def test_every_read_is_checked_the_same_way(via) -> None:
+    quirky = Quirky()
+    src = quirky if via == "scheduled" else Nested(quirky if via == "nested" else LatencySource(quirky, 0.0))
+    eng = get_engine()
+    filled = eng.fetch(src, [(0, 0)])[0]
+    np.testing.assert_array_equal(filled, np.full((2, 2), -1.0, dtype="float32"))
+    cast = eng.fetch(src, [(0, 1)])[0]
+    assert cast.dtype == np.float32 and (cast == 7).all()
+    with pytest.raises(ChunkReadError, match=r"chunk \(1, 0\).*disk on fire"):
+        eng.fetch(src, [(1, 0)])
+    with pytest.raises(ChunkReadError, match=r"returned shape \(3, 2\) for chunk \(1, 1\)"):
+        eng.fetch(src, [(1, 1)])
+    snap = eng.snapshot()
+    assert snap.missing_filled == 1 and snap.retries == 4
+    assert snap.errors >= 2 and snap.reads >= 4
+    assert snap.latency_p50 > 0
+
+
+def test_cancel_drops_the_queued_reads_of_older_generations() -> None:
+    inner = SyntheticSource((40, 4), (1, 4), "float32")
+    src = LatencySource(inner, 0.05)
+    eng = get_engine()
+    futures = eng.request(src, [(i, 0) for i in range(40)], channel="c", generation=3)
+    wanted = eng.request(src, [(39, 0)])[0]  # someone else waits for this one: not cancelled
+    assert eng.cancel("c", 3) == 0  # not a newer generation
+    n = eng.cancel("c", 4)
+    assert n > 20
+    cancelled = 0
+    for i, fut in enumerate(futures):
+        try:
+            np.testing.assert_array_equal(fut.result(10), region(inner, (i, 0)))
+        except RequestCancelledError:
+            cancelled += 1
+    assert cancelled == n == eng.snapshot().cancelled
+    np.testing.assert_array_equal(wanted.result(10), region(inner, (39, 0)))
+    fresh = LatencySource(inner, 0.05)  # nothing of it cached
+    busy = eng.request(fresh, [(i, 0) for i in range(12)])  # anonymous: never cancelled
+    later = eng.request(fresh, [(30, 0)], channel="c", generation=4)[0]  # queued behind them
+    assert eng.cancel("c") == 1  # every generation so far
+    with pytest.raises(RequestCancelledError):
+        later.result(10)
+    assert all(f.result(10) is not None for f in busy)

@@ -183,26 +183,26 @@ def test_npy_truncated_in_process(tmp_path: Path) -> None:
         _ = ds["arr"][56:].values
 
 
-def test_missing_chunk_raises_by_default(tmp_path: Path) -> None:
+def test_missing_chunk_reads_as_fill_by_default_and_raises_when_strict(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     values = make_store(path, "zstd", fill_value=np.nan)
     chunk_file(path, (1, 1, 0)).unlink()
     with pytest.raises(MissingChunkError, match="missing='fill'") as info:
-        read_chunk(path, (1, 1, 0))
+        read_chunk(path, (1, 1, 0), missing="raise")
     assert info.value.index == (1, 1, 0)
     tse.close()
-    filled = tse.open_dataset(path, missing="fill")
-    got = filled["v"] if "v" in filled else filled[next(iter(filled.data_vars))]
-    out = got.values
+    filled = tse.open_dataset(path)  # the default reads an absent chunk as zarr does
+    out = filled[next(iter(filled.data_vars))].values
     assert np.isnan(out[4:8, 16:32, 0:16]).all()
     expected = values.copy()
     expected[4:8, 16:32, 0:16] = np.nan
     np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out, zarr.open_array(str(path), mode="r")[...])
     assert tse.stats().missing_filled == 1
 
 
 def test_sparse_store_written_by_zarr_reads_with_missing_fill(tmp_path: Path) -> None:
-    """zarr skips chunks equal to the fill value; missing='fill' reads them as zarr would."""
+    """zarr skips chunks equal to the fill value; the default reads them as zarr would."""
     path = tmp_path / "sparse.zarr"
     arr = zarr.create_array(
         str(path),
@@ -213,10 +213,11 @@ def test_sparse_store_written_by_zarr_reads_with_missing_fill(tmp_path: Path) ->
         dimension_names=("y", "x"),
     )
     arr[0:4, 0:4] = np.arange(16, dtype="int16").reshape(4, 4)
-    ds = tse.open_dataset(path, missing="fill")
+    ds = tse.open_dataset(path)
     np.testing.assert_array_equal(ds[next(iter(ds.data_vars))].values, arr[...])
+    assert tse.stats().missing_filled == 3
     with pytest.raises(MissingChunkError):
-        _ = tse.open_dataset(path)[next(iter(ds.data_vars))].values
+        _ = tse.open_dataset(path, missing="raise")[next(iter(ds.data_vars))].values
 
 
 def test_store_rewritten_between_opens_is_not_served_stale(tmp_path: Path) -> None:
@@ -230,6 +231,6 @@ def test_store_rewritten_between_opens_is_not_served_stale(tmp_path: Path) -> No
     sparse = tmp_path / "sparse.zarr"
     z = zarr.create_array(str(sparse), shape=(4,), chunks=(2,), dtype="int16", fill_value=9)
     z[0:2] = [1, 2]
-    assert tse.open_dataset(sparse, missing="fill")["data"].values.tolist() == [1, 2, 9, 9]
+    assert tse.open_dataset(sparse)["data"].values.tolist() == [1, 2, 9, 9]
     with pytest.raises(MissingChunkError):  # the fill values cached above are not reused
-        _ = tse.open_dataset(sparse)["data"].values
+        _ = tse.open_dataset(sparse, missing="raise")["data"].values

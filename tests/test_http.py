@@ -143,8 +143,8 @@ def test_stall_raises_read_timeout_within_its_bound(server: StoreServer) -> None
     assert 0.9 <= elapsed < 3.0, elapsed
 
 
-def test_404_raises_missing_chunk(server: StoreServer) -> None:
-    ds = tse.open_dataset(server.url)
+def test_404_raises_missing_chunk_when_strict(server: StoreServer) -> None:
+    ds = tse.open_dataset(server.url, missing="raise")
     server.fail(CHUNK, 404, times=100)
     with pytest.raises(MissingChunkError, match="missing='fill'") as info:
         _read_chunk_region(ds)
@@ -153,8 +153,8 @@ def test_404_raises_missing_chunk(server: StoreServer) -> None:
     assert tse.stats().retries == 0 and server.count(CHUNK) == 1
 
 
-def test_404_with_missing_fill(server: StoreServer, store: tuple[Path, np.ndarray]) -> None:
-    ds = tse.open_dataset(server.url, missing="fill")
+def test_404_reads_as_fill_by_default(server: StoreServer, store: tuple[Path, np.ndarray]) -> None:
+    ds = tse.open_dataset(server.url)
     server.fail(CHUNK, 404, times=100)
     frame = ds["v"].isel(time=0).values
     expected = store[1][0].copy()

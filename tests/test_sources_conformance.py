@@ -280,7 +280,9 @@ def write_zarr(url: str, fmt: int, codec: str, dtype: str = "float32") -> dict[s
             shape=(n,),
             chunks=(n,),
             dtype="int64",
-            **({"dimension_names": (dim,)} if fmt == 3 else {}),
+            # v2: no fill_value (zarr's default 0 would be a CF mask turning 0 into NaN, as
+            # xarray reads it -- the masking is checked in TestZarrWrittenByXarray)
+            **({"dimension_names": (dim,)} if fmt == 3 else {"fill_value": None}),
         )
         if fmt == 2:
             c.attrs["_ARRAY_DIMENSIONS"] = [dim]

@@ -190,7 +190,7 @@ def test_standalone_stats_panel_maps_the_newest_explorers_plane(cube):
         panel.tick()
         states = panel.chunk_source.data["image"][0]
         assert states.shape == (2, 2) and (states == 2).all()
-        assert panel.chunk_counts.tolist() == [0, 0, 4]
+        assert panel.chunk_counts.tolist() == [0, 0, 4, 0]  # cached; none in flight or absent
 
 
 def test_bokeh_widget_batch_sends_one_patch_for_several_changes():
@@ -235,3 +235,32 @@ def test_bokeh_widget_batch_sends_one_patch_for_several_changes():
     assert [e["new"] for e in evs if e["kind"] == "ModelChanged"] == ["c"]
     assert any(b for _, b in sent)  # the image went as a binary buffer
     widget.close()
+
+
+def test_explorer_shows_exactly_the_selection_it_was_given():
+    """``ds.v.isel(y=slice(10, 20), x=slice(5, 50)).tse.explore()`` shows that region only."""
+    import xarray as xr
+
+    values = np.arange(8 * 64 * 64, dtype="float32").reshape(8, 64, 64)
+    coords = {"y": np.arange(64) * 0.5, "x": 100.0 + np.arange(64)}
+    ds = tse.open_dataset(xr.Dataset({"v": (("time", "y", "x"), values)}, coords=coords),
+                          grid=(2, 16, 16))
+    sel = ds.v.isel(y=slice(10, 20), x=slice(5, 50))
+    with sel.tse.explore(width=90, height=20) as ex, tse.stats_panel(interval=0.1) as panel:
+        frame = ex.controller.wait(timeout=10)
+        np.testing.assert_array_equal(frame.data, values[0, 10:20, 5:50])
+        assert frame.data[0, 0] == 645.0
+        wait_for(lambda: ex.painted_generation == frame.generation, what="paint")
+        img, x, y, dw, dh = painted(ex)
+        assert img.shape == (10, 45)
+        assert (x, dw) == pytest.approx((104.5, 45.0)) and (y, dh) == pytest.approx((4.75, 5.0))
+        ex.sliders["time"].value = 6
+        frame = ex.controller.wait(timeout=10)
+        np.testing.assert_array_equal(frame.data, values[6, 10:20, 5:50])
+        ex.profile_at(iy=3, ix=40).join(10)
+        np.testing.assert_array_equal(ex.profile_values, values[:, 13, 45])
+        # the chunk map covers the chunks the selection touches: y 0..1, x 0..3
+        panel.tick()
+        states = panel.chunk_source.data["image"][0]
+        assert states.shape == (2, 4) and (states == 2).all()
+        assert panel.chunk_source.data["x"][0] == 0 and panel.chunk_source.data["dw"][0] == 4

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import accessor as _accessor  # noqa: F401 - registers the .tse accessor
 from . import config, errors
 from .engine import Priority, StatsSnapshot, close_engine, get_engine
 from .engine import snapshot as _snapshot
 from .errors import TsExploreError
-from .rechunk import rechunk  # the function, not the module of the same name (it is light)
+
+# the functions, not the submodules of the same names (imported here, so they stay functions)
+from .pyramid import pyramid
+from .rechunk import rechunk
 from .sample import sample_data
-from .sources import SyntheticSource
+from .sources import SourceOptions, SyntheticSource
 from .xarray import open_dataset
 
 __version__ = "0.1.0"
@@ -36,6 +40,7 @@ __all__ = [
     "config",
     "errors",
     "open_dataset",
+    "pyramid",
     "rechunk",
     "sample_data",
     "stats",
@@ -74,11 +79,15 @@ def synthetic(
     name: str = "data",
     dims: tuple[str, ...] | None = None,
     prefetch: Any = "auto",
-    missing: str = "raise",
+    missing: str = "fill",
 ) -> Any:
-    """A lazy Dataset over a virtual array of any size (content is a function of position)."""
-    src = SyntheticSource(shape, chunks, dtype, latency, dims)
-    src.name = name  # type: ignore[attr-defined]
+    """A lazy Dataset over a virtual array of any size (content is a function of position).
+
+    ``prefetch`` and ``missing`` as for :func:`open_dataset` (a synthetic array has every
+    chunk, so ``missing`` only matters to wrappers that drop some).
+    """
+    options = SourceOptions(missing, prefetch)
+    src = SyntheticSource(shape, chunks, dtype, latency, dims, name=name, options=options)
     return open_dataset(src, prefetch=prefetch, missing=missing)
 
 

@@ -342,8 +342,9 @@ class _Bench:
     def _runs(self, path: Path, files: list[Path]) -> tuple[list[float], list[int], float, float, list]:
         """Cold runs of the pattern; a candidate far slower than the best so far gets one."""
         from .engine.scheduler import get_engine
+        from .resolve import sources_of
         from .testing.pagecache import evict
-        from .xarray import open_dataset, sources_of
+        from .xarray import open_dataset
 
         engine = get_engine()
         ms: list[float] = []
@@ -398,8 +399,7 @@ def _copy_region(da: Any, region: tuple[slice, ...]) -> Any:
 
 
 def _forget(engine: Any, source: ChunkSource, timeout: float = 10.0) -> None:
-    """Stop read-ahead of ``source``, let its reads finish, drop its chunks from the cache."""
-    engine.cancel_speculative(source)
+    """Let the reads of ``source`` finish (read-ahead included), drop its chunks from the cache."""
     token = source.token
     deadline = time.monotonic() + timeout
     while any(k[0] == token for k in engine.in_flight_keys()) and time.monotonic() < deadline:
@@ -473,7 +473,8 @@ def _source_of(obj: Any, variable: str | None) -> tuple[Any, ChunkSource | None]
     """The DataArray to advise on and the engine source behind it (None for other arrays)."""
     import xarray as xr
 
-    from .xarray import open_dataset, sources_of
+    from .resolve import sources_of
+    from .xarray import open_dataset
 
     if not isinstance(obj, (xr.Dataset, xr.DataArray)):
         obj = open_dataset(obj)

@@ -8,6 +8,8 @@ Environment variables (all optional):
 - ``TSEXPLORE_SWITCH_INTERVAL``: the GIL switch interval the engine sets when it starts
   (default 0.0005 s; Python's own is 0.005 s, which convoys the read threads behind a busy
   main thread). ``0`` leaves Python's setting alone.
+- ``TSEXPLORE_READ_NICE``: the nice value of the engine's read threads on Linux (default 5:
+  decoding yields to the thread that waits for the data). ``0`` leaves them alone.
 - ``TSEXPLORE_SAMPLE_SIZE``: ``"full"`` (default) or ``"small"``; the size of the tutorial
   data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
 - ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
@@ -42,6 +44,7 @@ class Settings:
     sample_size: str = "full"
     io_threads: int = 4
     switch_interval: float = 0.0005
+    read_nice: int = 5
 
 
 def _from_env() -> Settings:
@@ -55,6 +58,7 @@ def _from_env() -> Settings:
             sample_size=env.get("TSEXPLORE_SAMPLE_SIZE", "full"),
             io_threads=int(env.get("TSEXPLORE_IO_THREADS", max(4, 2 * (os.cpu_count() or 2)))),
             switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
+            read_nice=int(env.get("TSEXPLORE_READ_NICE", 5)),
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc

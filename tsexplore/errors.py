@@ -55,7 +55,15 @@ class RequestCancelledError(TsExploreError):
 
 
 class EngineClosedError(TsExploreError, RuntimeError):
-    """The engine was closed while work was pending, or used from its own I/O loop."""
+    """The engine was closed while work was pending (or used after ``tse.close()``)."""
+
+
+class WrongThreadError(TsExploreError, RuntimeError):
+    """A blocking engine call was made on the engine's own I/O thread (it would wait on itself)."""
+
+
+class NotStreamableError(TsExploreError, TypeError):
+    """An xarray object is not a selection of a tsexplore source (computed, decoded, in memory)."""
 
 
 class IndexingError(TsExploreError, IndexError):

@@ -159,7 +159,7 @@ def _plan(name: str, var: Any, chunks: Any, codec: Any, shards: Any, task_mem: i
     from rechunker.algorithm import consolidate_chunks, rechunking_plan
 
     from ._layout import check_layout
-    from .xarray import sources_of
+    from .resolve import sources_of
 
     found = sources_of(var)
     src = found[0] if found and tuple(found[0].shape) == tuple(var.shape) else None
@@ -209,7 +209,7 @@ def _read(var: Any, chunks: tuple[int, ...]) -> Any:
     import xarray as xr
 
     from .engine.array import StreamingArray
-    from .xarray import sources_of
+    from .resolve import sources_of
 
     found = sources_of(var)
     src = found[0] if found else None

@@ -1,4 +1,9 @@
-"""The xarray face: ``open_dataset``, the ``engine="tsexplore"`` backend and the ``.tse`` accessor."""
+"""The xarray face: ``open_dataset`` and the ``engine="tsexplore"`` backend.
+
+Both open paths go through xarray's own ``open_dataset`` and ``StoreBackendEntrypoint`` over
+an :class:`~tsexplore.backend.EngineStore`, so decoding and chunking are xarray's own. The
+``.tse`` accessor lives in :mod:`tsexplore.accessor` (it calls the layers above this one).
+"""
 
 from __future__ import annotations
 
@@ -8,216 +13,163 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from xarray.backends import BackendEntrypoint
-from xarray.core import indexing
+from xarray.backends.store import StoreBackendEntrypoint
 
-from .engine.array import StreamingArray
-from .engine.scheduler import get_engine, set_cache_bytes
+from .backend import ENGINE_DASK, EngineStore, numpy_layers
+from .engine import get_engine, set_cache_bytes
 from .errors import ConfigError
-from .sources import SourceGroup, open_group
+from .resolve import sources_of  # noqa: F401 - kept importable from here
+from .sources import SourceOptions, open_group
 
-PREFETCH_POLICIES = ("auto", "off", "momentum", "neighbourhood")
-
-
-def _build_dataset(group: SourceGroup, prefetch: Any = "auto") -> xr.Dataset:
-    variables: dict[str, xr.Variable] = {}
-    for name, (dims, values, attrs) in group.coords.items():
-        variables[name] = xr.Variable(dims, values, attrs)
-    data_vars = {}
-    for name, source in group.variables.items():
-        source.prefetch = "off" if prefetch in (False, None) else prefetch  # type: ignore[attr-defined]
-        lazy = indexing.LazilyIndexedArray(StreamingArray(source))
-        encoding = {
-            "chunks": source.chunks,
-            "preferred_chunks": dict(zip(source.dims, source.chunks)),
-            "source": getattr(source, "path", None) or source.token,
-        }
-        data_vars[name] = xr.Variable(source.dims, lazy, dict(source.attrs), encoding)
-    ds = xr.Dataset(data_vars, coords=variables, attrs=dict(group.attrs))
-    # CF decoding (times, _FillValue, scale_factor) exactly as xarray does it, still lazy
-    return xr.decode_cf(ds)
+#: xarray's decoder options, taken by ``tse.open_dataset`` and the ``tsexplore`` engine alike
+DECODER_OPTIONS = (
+    "mask_and_scale",
+    "decode_times",
+    "decode_timedelta",
+    "use_cftime",
+    "concat_characters",
+    "decode_coords",
+    "drop_variables",
+)
 
 
-def _check(missing: str, prefetch: Any, cache_bytes: Any) -> None:
-    if missing not in ("raise", "fill"):
-        raise ConfigError(f"missing must be 'raise' or 'fill', got {missing!r}")
-    if prefetch not in PREFETCH_POLICIES and prefetch not in (True, False, None):
-        raise ConfigError(f"prefetch must be one of {PREFETCH_POLICIES}, got {prefetch!r}")
+def _check_cache_bytes(cache_bytes: Any) -> None:
     if cache_bytes is not None and (not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0):
         raise ConfigError(f"cache_bytes must be a non-negative int of bytes, got {cache_bytes!r}")
+
+
+def _check_chunks(chunks: Any) -> Any:
+    if chunks == "native":
+        return {}
+    if chunks is None or chunks == "auto" or isinstance(chunks, (dict, int)) and not isinstance(chunks, bool):
+        return chunks
+    raise ConfigError(
+        f"chunks must be a dict (e.g. {{}} for the native chunks, or {{'time': 32}}), an int, "
+        f"'auto' or None, got {chunks!r}"
+    )
 
 
 def open_dataset(
     source: Any,
     cache_bytes: int | None = None,
     prefetch: Any = "auto",
-    missing: str = "raise",
+    missing: str = "fill",
     chunks: Any = None,
     storage_options: dict[str, Any] | None = None,
     *,
     grid: Any = None,
     size: Any = None,
+    decode_cf: bool | None = None,
+    **decoders: Any,
 ) -> xr.Dataset:
     """Open ``source`` as a lazy, engine-backed :class:`xarray.Dataset`.
 
-    ``source``: a Zarr store (path or fsspec URL), a NetCDF/HDF5 file, a ``.npy`` file, a
-    folder of images, a NumPy/dask array or an xarray object. Nothing but metadata (and
-    index coordinates) is read here; values are read chunk by chunk when asked for.
+    ``source``: a Zarr store (path or fsspec URL), a NetCDF/HDF5 file (also gzipped NetCDF3),
+    a ``.npy`` file, a folder of images, a NumPy/dask array or an xarray object. Nothing but
+    metadata (and index coordinates) is read here; values are read chunk by chunk when
+    asked for. The result equals what xarray's own backend gives for the same store
+    (``xr.testing.assert_identical``): it goes through xarray's own ``open_dataset`` with the
+    ``tsexplore`` engine, so CF decoding and chunking are xarray's.
 
     ``cache_bytes`` sets the process-wide cache budget; ``prefetch`` is ``"auto"`` (learn
     from the access pattern), ``"momentum"``, ``"neighbourhood"`` or ``"off"``;
-    ``missing="fill"`` turns absent chunks into fill values (counted in the stats) instead of
-    raising :class:`~tsexplore.errors.MissingChunkError`. ``chunks`` (``{}`` for the native
-    grid, or a dict of sizes) gives dask arrays whose tasks read through the engine.
+    ``missing="fill"`` (the default) reads a chunk the store does not have as the fill
+    value, as zarr and xarray do (counted as ``missing_filled`` in the stats);
+    ``missing="raise"`` raises :class:`~tsexplore.errors.MissingChunkError` instead.
+    ``chunks`` (``{}`` for the native grid, a dict of sizes, an int or ``"auto"``) gives
+    dask arrays whose tasks read through the engine.
     ``grid`` sets the virtual chunk grid of sources that have none (``.npy``, NetCDF3, NumPy).
     ``size`` (an int or ``(height, width)``) resizes every image of an image folder.
+    ``decode_cf`` and xarray's decoder options (``mask_and_scale``, ``decode_times``,
+    ``decode_timedelta``, ``use_cftime``, ``concat_characters``, ``decode_coords``,
+    ``drop_variables``) mean what they mean for :func:`xarray.open_dataset`.
     """
-    _check(missing, prefetch, cache_bytes)
+    unknown = sorted(set(decoders) - set(DECODER_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"open_dataset got unknown keyword(s) {unknown}; xarray's decoder options are "
+            f"decode_cf, {', '.join(DECODER_OPTIONS)}"
+        )
+    SourceOptions(missing, prefetch)  # check them before anything is opened
+    _check_cache_bytes(cache_bytes)
+    chunks = _check_chunks(chunks)
     if cache_bytes is not None:
         set_cache_bytes(int(cache_bytes))
-    group = open_group(
-        source, storage_options=storage_options, missing=missing, grid=grid, size=size
+    ds = xr.open_dataset(
+        source,
+        engine=TsExploreBackendEntrypoint,
+        chunks=chunks,
+        cache=False,  # the engine's cache holds chunks (within its budget), not each variable
+        chunked_array_type=ENGINE_DASK if chunks is not None else None,  # type: ignore[arg-type]
+        decode_cf=decode_cf,
+        missing=missing,
+        prefetch=prefetch,
+        storage_options=storage_options,
+        grid=grid,
+        size=size,
+        **decoders,
     )
-    for src in group.variables.values():
-        src.missing = missing  # type: ignore[attr-defined]
     get_engine()
-    ds = _build_dataset(group, prefetch)
-    if chunks is not None:
-        ds = _to_dask(ds, group, chunks)
     return ds
 
 
-def _to_dask(ds: xr.Dataset, group: SourceGroup, chunks: Any) -> xr.Dataset:
-    out = ds.copy()
-    for name, source in group.variables.items():
-        if name not in out.data_vars or out[name].dtype != source.dtype:
-            # CF decoding changed the values (scale/offset): let xarray chunk the lazy array
-            out[name] = out[name].chunk(chunks if chunks else source.chunks)
-            continue
-        if isinstance(chunks, dict):
-            per_dim = {d: chunks.get(d) for d in source.dims if d in chunks}
-        elif chunks in ({}, "native"):
-            per_dim = {}
-        else:
-            raise ConfigError(f"chunks must be a dict (e.g. {{}} or {{'time': 32}}), got {chunks!r}")
-        arr = StreamingArray(source).to_dask(per_dim or None)
-        out[name] = xr.Variable(source.dims, arr, out[name].attrs, out[name].encoding)
-    return out
-
-
 class TsExploreBackendEntrypoint(BackendEntrypoint):
-    """``xr.open_dataset(path, engine="tsexplore")``: the same as ``tse.open_dataset(path)``."""
+    """``xr.open_dataset(path, engine="tsexplore", ...)``: the same as ``tse.open_dataset``.
+
+    Takes every decoder option of xarray's own backends, and ``missing``, ``prefetch``,
+    ``storage_options``, ``grid`` and ``size`` as :func:`open_dataset` does.
+    """
 
     description = "Stream Zarr, NetCDF/HDF5 and .npy through the tsexplore engine"
     url = "https://github.com/tsexplore/tsexplore"
-    open_dataset_parameters = ("filename_or_obj", "drop_variables", "missing", "prefetch", "storage_options")
+    open_dataset_parameters = (
+        "filename_or_obj",
+        *DECODER_OPTIONS,
+        "missing",
+        "prefetch",
+        "storage_options",
+        "grid",
+        "size",
+    )
 
     def open_dataset(  # type: ignore[override]
         self,
         filename_or_obj: Any,
         *,
+        mask_and_scale: Any = True,
+        decode_times: Any = True,
+        decode_timedelta: Any = None,
+        use_cftime: Any = None,
+        concat_characters: Any = True,
+        decode_coords: Any = True,
         drop_variables: Any = None,
-        missing: str = "raise",
+        missing: str = "fill",
         prefetch: Any = "auto",
         storage_options: dict[str, Any] | None = None,
+        grid: Any = None,
+        size: Any = None,
     ) -> xr.Dataset:
-        _check(missing, prefetch, None)
-        group = open_group(filename_or_obj, storage_options=storage_options, missing=missing)
-        for src in group.variables.values():
-            src.missing = missing  # type: ignore[attr-defined]
-        if drop_variables:
-            drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
-            group.variables = {k: v for k, v in group.variables.items() if k not in drop}
-        return _build_dataset(group, prefetch)
+        options = SourceOptions(missing, prefetch)
+        group = open_group(
+            filename_or_obj, storage_options=storage_options, options=options, grid=grid, size=size
+        )
+        store = EngineStore(group, drop_variables)
+        ds = StoreBackendEntrypoint().open_dataset(
+            store,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            drop_variables=drop_variables,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
+        )
+        for variable in ds.variables.values():
+            numpy_layers(variable)
+        extra = [name for name in group.coord_names if name in ds.data_vars]
+        return ds.set_coords(extra) if extra else ds
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
         return os.fspath(filename_or_obj).rstrip("/").endswith((".zarr", ".npy"))
-
-
-def sources_of(obj: xr.Dataset | xr.DataArray) -> list[Any]:
-    """The engine sources behind the variables of ``obj`` (unwrapping xarray's lazy layers)."""
-    found = []
-    variables = obj.variables.values() if isinstance(obj, xr.Dataset) else [obj.variable]
-    for var in variables:
-        data: Any = var._data
-        for _ in range(16):
-            if isinstance(data, StreamingArray):
-                found.append(data.source)
-                break
-            inner = getattr(data, "array", None)
-            if inner is None:
-                break
-            data = inner
-    return found
-
-
-class _Accessor:
-    def __init__(self, obj: Any) -> None:
-        self._obj = obj
-
-    def stats(self) -> Any:
-        """The engine's statistics (one engine serves the whole process)."""
-        from .engine import snapshot
-
-        return snapshot()
-
-    @property
-    def sources(self) -> list[Any]:
-        return sources_of(self._obj)
-
-    def explore(self, **kwargs: Any) -> Any:
-        """An Explorer widget on this object (needs the ``lab`` extra)."""
-        from . import explore
-
-        return explore(self._obj, **kwargs)
-
-
-class _ReduceMethods:
-    """``da.tse.mean("time")`` and friends: streaming reductions through the engine."""
-
-    _obj: Any
-
-    def reduce(self, op: str, dim: Any = None, **kwargs: Any) -> Any:
-        from .compute import reduce as _reduce
-
-        return _reduce(self._obj, op, dim=dim, **kwargs)
-
-    def sum(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("sum", dim, **kwargs)
-
-    def mean(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("mean", dim, **kwargs)
-
-    def var(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("var", dim, **kwargs)
-
-    def std(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("std", dim, **kwargs)
-
-    def min(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("min", dim, **kwargs)
-
-    def max(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("max", dim, **kwargs)
-
-    def count(self, dim: Any = None, **kwargs: Any) -> Any:
-        return self.reduce("count", dim, **kwargs)
-
-    def histogram(self, bins: Any = 64, range: Any = None, dim: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        return self.reduce("histogram", dim, bins=bins, range=range, **kwargs)
-
-    def batches(self, sample: Any, **kwargs: Any) -> Any:
-        from .loader import batches as _batches
-
-        return _batches(self._obj, sample, **kwargs)
-
-
-@xr.register_dataset_accessor("tse")
-class DatasetAccessor(_Accessor):
-    """``ds.tse``: statistics, sources and the Explorer."""
-
-
-@xr.register_dataarray_accessor("tse")
-class DataArrayAccessor(_Accessor, _ReduceMethods):
-    """``da.tse``: statistics, sources, the Explorer and streaming reductions."""

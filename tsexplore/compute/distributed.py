@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from ..engine import get_engine
+from ..engine import current_engine, get_engine
 from ..engine.stats import StatsSnapshot
 from ..errors import ConfigError, missing_dependency
 from .feed import Feed
@@ -61,14 +61,8 @@ def _worker_name() -> str:
 
 def _worker_snapshot() -> StatsSnapshot | None:
     """This worker's engine statistics (None when no engine ever started here)."""
-    import os
-
-    from ..engine import scheduler
-
-    engine = scheduler._engine
-    if engine is None or engine.closed or scheduler._engine_pid != os.getpid():
-        return None
-    return engine.snapshot()
+    engine = current_engine()
+    return None if engine is None else engine.snapshot()
 
 
 def _worker_names(client: Any) -> dict[str, str]:

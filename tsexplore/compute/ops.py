@@ -38,10 +38,6 @@ def _is_numpy(xp: Any) -> bool:
     return xp is np
 
 
-def _float_kind(dtype: np.dtype) -> bool:
-    return np.dtype(dtype).kind in "fc"
-
-
 def _n_along(shape: Sequence[int], axes: Axes) -> int:
     return math.prod(shape[a] for a in axes)
 

@@ -3,21 +3,15 @@
 Never imports widget or plotting libraries (a test checks it).
 """
 
+from .blocking import wait_all
 from .cache import ChunkCache
-from .scheduler import (
-    Engine,
-    Priority,
-    close_engine,
-    current_engine,
-    get_engine,
-    set_cache_bytes,
-    snapshot,
-    wait_all,
-)
+from .scheduler import Engine, close_engine, current_engine, get_engine, set_cache_bytes, snapshot
 from .stats import Stats, StatsSnapshot
+from .types import ChunkKey, Priority
 
 __all__ = [
     "ChunkCache",
+    "ChunkKey",
     "Engine",
     "Priority",
     "Stats",

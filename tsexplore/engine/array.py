@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import contextvars
 import math
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,8 +17,11 @@ from xarray.core import indexing
 from .. import config
 from ..errors import TsExploreError
 from ..sources.base import ChunkSource
+from .blocking import wait_all
+from .loop import on_read_thread
 from .planning import SelectionPlan, finish, plan_selection, take_piece
-from .scheduler import Priority, get_engine, wait_all
+from .scheduler import Engine, get_engine
+from .types import Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -33,8 +39,11 @@ def read_selection(
     observe: bool | None = None,
     copy: bool = True,
     cache: bool = True,
+    engine: Engine | None = None,
 ) -> np.ndarray:
     """Read an orthogonal selection of ``source`` through the engine (cache, prefetch, stats).
+
+    ``engine``: the engine to read through (default: the process-wide one).
 
     ``observe``: show the read to the prefetcher (default: VISIBLE reads only).
     ``copy=False``: a selection inside one chunk comes back as a read-only view of the
@@ -48,10 +57,10 @@ def read_selection(
             f"this selection of {source!r} would need {nbytes / 2**30:.1f} GiB in memory; "
             "select a smaller region, or use tse.reduce / open_dataset(chunks={}) to stream it"
         )
-    engine = get_engine()
-    engine._check_caller()
+    engine = get_engine() if engine is None else engine
+    engine.check_blocking_allowed()
     indices = list(plan.chunk_indices())
-    if engine.in_worker_thread():  # a source reading engine data: no queueing behind ourselves
+    if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
     items = engine.request_mixed(
         source, indices, priority, channel=channel, generation=generation, cache=cache
@@ -98,6 +107,21 @@ def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool) -> No
     out[target] = chunk[local] if basic else take_piece(chunk, local)
 
 
+#: set while a dask task of ``open_dataset(chunks=...)`` reads a decoded variable: the
+#: engine reads under it are PLANNED, one-pass (not kept) and shown to the prefetcher
+_task_reads: contextvars.ContextVar[bool] = contextvars.ContextVar("tsexplore_task_reads", default=False)
+
+
+@contextlib.contextmanager
+def task_reads() -> Iterator[None]:
+    """Engine reads made inside are those of a dask task (see :class:`DecodedTaskArray`)."""
+    token = _task_reads.set(True)
+    try:
+        yield
+    finally:
+        _task_reads.reset(token)
+
+
 def _empty_slices_forward(key: indexing.ExplicitIndexer, shape: tuple[int, ...]) -> Any:
     """Rewrite slices that select nothing as ``slice(0, 0)``.
 
@@ -115,12 +139,17 @@ def _empty_slices_forward(key: indexing.ExplicitIndexer, shape: tuple[int, ...])
 
 
 class StreamingArray(BackendArray):
-    """An engine-backed lazy array; xarray indexes it orthogonally ("outer" indexing)."""
+    """An engine-backed lazy array; xarray indexes it orthogonally ("outer" indexing).
+
+    Its ``dtype`` is the one xarray's own backend reports for the stored variable
+    (``source.store_dtype``, e.g. big-endian), so xarray's coders treat it exactly as they
+    treat xarray's own backend arrays; the values come out as ``source.dtype``.
+    """
 
     def __init__(self, source: ChunkSource) -> None:
         self.source = source
         self.shape = tuple(source.shape)
-        self.dtype = np.dtype(source.dtype)
+        self.dtype = source.store_dtype
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         key = _empty_slices_forward(key, self.shape)
@@ -129,10 +158,16 @@ class StreamingArray(BackendArray):
         )
 
     def _raw_getitem(self, key: tuple[Any, ...]) -> np.ndarray:
+        if _task_reads.get():
+            return read_selection(self.source, tuple(key), Priority.PLANNED, observe=True, cache=False)
         return read_selection(self.source, tuple(key))
 
     def to_dask(self, chunks: Any = None, name: str | None = None):  # type: ignore[no-untyped-def]
-        """A dask array whose tasks read through the engine (PLANNED priority)."""
+        """A dask array whose tasks read through the engine (PLANNED priority).
+
+        ``chunks``: None or ``{}`` (the native grid), a dict of lengths by dim name, or any
+        chunk spec :func:`dask.array.from_array` takes (a tuple per axis).
+        """
         import dask.array as da
 
         native = self.source.chunks
@@ -142,11 +177,7 @@ class StreamingArray(BackendArray):
             chunks = tuple(chunks.get(d, c) or c for d, c in zip(self.source.dims, native))
         adapter = _DaskAdapter(self.source)
         if name is None:
-            # deterministic across processes; key_split() shows "tsexplore-<variable>"
-            from dask.base import tokenize
-
-            label = "".join(c if c.isalnum() else "_" for c in str(getattr(self.source, "name", "data")))
-            name = f"tsexplore-{label}-{tokenize(self.source.token, chunks)}"
+            name = dask_name(self.source, chunks)
         _dask_sources[name] = self.source
         return da.from_array(
             adapter,
@@ -156,11 +187,36 @@ class StreamingArray(BackendArray):
             asarray=False,
             fancy=False,
             inline_array=True,
-            meta=np.empty((0,) * len(self.shape), dtype=self.dtype),
+            meta=np.empty((0,) * len(self.shape), dtype=self.source.dtype),
         )
 
     def __repr__(self) -> str:
         return f"StreamingArray({self.source!r})"
+
+
+def dask_name(source: ChunkSource, *extra: Any) -> str:
+    """A dask name for an array read from ``source``: deterministic across processes,
+    and ``key_split()`` shows ``tsexplore-<variable>``."""
+    from dask.base import tokenize
+
+    label = "".join(c if c.isalnum() else "_" for c in str(getattr(source, "name", "data")))
+    return f"tsexplore-{label}-{tokenize(source.token, *extra)}"
+
+
+class DecodedTaskArray:
+    """What dask tasks index for a decoded engine variable (``_FillValue`` masked, scaled,
+    characters joined...): xarray's own lazy decoding layers over the engine's array, read
+    as a dask graph reads (PLANNED, one pass, shown to the prefetcher)."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.shape = tuple(array.shape)
+        self.dtype = np.dtype(array.dtype)
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        with task_reads():
+            return np.asarray(self.array[key])
 
 
 #: dask array name -> the source its tasks read (how tse.reduce finds the source again)

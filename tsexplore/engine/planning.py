@@ -64,7 +64,8 @@ class SelectionPlan:
         )
 
 
-def _as_index_array(k: object, size: int, axis: int) -> np.ndarray:
+def as_index_array(k: object, size: int, axis: int) -> np.ndarray:
+    """A 1-D integer or boolean indexer as int64 positions (negatives wrapped), checked in range."""
     arr = np.asarray(k)
     if arr.dtype == bool:
         if arr.shape != (size,):
@@ -153,7 +154,7 @@ def plan_selection(
             else:
                 dims.append(_plan_array(np.arange(start, stop, step, dtype=np.int64), clen))
         else:
-            dims.append(_plan_array(_as_index_array(k, size, axis), clen))
+            dims.append(_plan_array(as_index_array(k, size, axis), clen))
     return SelectionPlan(tuple(dims))
 
 

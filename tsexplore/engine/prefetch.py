@@ -7,7 +7,7 @@
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
 
-``prefetch="off"`` on a source disables the first two. Choosing what to fetch is a pure
+A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing what to fetch is a pure
 function (:func:`momentum_targets`, :func:`ring_targets`) that the tests call directly.
 """
 
@@ -20,13 +20,36 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..sources.base import ChunkIndex, ChunkSource
+from .cache import ChunkCache
 from .planning import SelectionPlan
+from .types import ChunkKey, Priority
 
-if TYPE_CHECKING:
-    from .scheduler import Engine
+
+class PrefetchHost(Protocol):
+    """What the prefetcher needs from the engine, and nothing more."""
+
+    cache: ChunkCache
+
+    def key(self, source: ChunkSource, index: ChunkIndex) -> ChunkKey: ...
+
+    def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
+
+    def recently_consumed(self, key: ChunkKey) -> bool: ...
+
+    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None: ...
+
+    def request(
+        self,
+        source: ChunkSource,
+        indices: Iterable[ChunkIndex],
+        priority: Priority = ...,
+        *,
+        channel: str | None = ...,
+        generation: int | None = ...,
+    ) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -109,11 +132,12 @@ class Prefetcher:
     max_slabs = 4
     min_chunks_ahead = 16
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: PrefetchHost) -> None:
         self._engine = engine
         self._lock = threading.Lock()
         self._history: dict[str, deque[Observation]] = {}
         self._mode: dict[str, tuple[object, ...]] = {}
+        self._gen_for: dict[str, int] = {}
         self._generation = itertools.count()
         self.last_policy: dict[str, str] = {}
 
@@ -125,8 +149,8 @@ class Prefetcher:
         ``one_pass``: the reader reads each chunk once (dask tasks), so chunks that one-pass
         readers already took are not read ahead again.
         """
-        policy = getattr(source, "prefetch", "auto")
-        if policy in ("off", None, False) or not plan.dims or any(not d.pieces for d in plan.dims):
+        policy = source.options.prefetch
+        if policy == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
             return []
         lo = []
         for d, clen in zip(plan.dims, source.chunks):
@@ -144,8 +168,7 @@ class Prefetcher:
         grid = source.grid_shape
         per_chunk = max(1, source.chunk_nbytes())
         slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
-        kind = "async" if source.is_async else "sync"
-        slab_latency = engine._latency[kind] * math.ceil(slab / max(1, engine.concurrency(kind)))
+        slab_latency = engine.slab_latency(source, slab)
         targets: list[ChunkIndex] = []
         mode: tuple[object, ...] = ("none",)
         if policy in ("auto", "momentum"):
@@ -174,12 +197,9 @@ class Prefetcher:
         with self._lock:
             if self._mode.get(source.token) != mode:
                 self._mode[source.token] = mode
-                self._gen_for = getattr(self, "_gen_for", {})
                 self._gen_for[source.token] = next(self._generation)
-            gen = getattr(self, "_gen_for", {}).get(source.token, 0)
+            gen = self._gen_for.get(source.token, 0)
             self.last_policy[source.token] = str(mode[0])
-        from .scheduler import Priority
-
         engine.advise(source, todo)  # the disk can start on all of them; reads go a few at a time
         engine.request(
             source, todo, Priority.SPECULATIVE, channel=f"prefetch:{source.token}", generation=gen

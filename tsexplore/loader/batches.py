@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..engine.scheduler import get_engine
+from ..engine import get_engine
+from ..engine.lookahead import look_ahead
 from ..errors import ConfigError, missing_dependency
 from .plan import EpochPlan, WindowGrid, epoch_plan, shuffle_quality
 from .variables import DeferredRegion, LoaderVariable, PendingRegion, resolve_variable
@@ -253,7 +254,6 @@ class Batches:
             self.stats.seconds = time.perf_counter() - t0
 
     def _iter_epoch(self, plan: EpochPlan) -> Iterator[Any]:
-        engine = get_engine()
         grid, stats = self.grid, self.stats
         n = plan.n_windows
         stop = n - n % self.batch_size if self.drop_last else n
@@ -267,50 +267,65 @@ class Batches:
         release_order = np.argsort(plan.last_use, kind="stable").tolist()
         first_use = plan.first_use
         last_use = plan.last_use
-        pending: dict[int, list[PendingRegion | DeferredRegion]] = {}
+        blocks = self._read_blocks(read_order, regions)
         buffer: dict[int, list[np.ndarray]] = {}
-        issued = loaded = released = hinted = 0
+        loaded = released = 0
         window = self.window
         block_pos = plan.block_pos.tolist()
-        for b0 in range(0, stop, self.batch_size):
-            b1 = min(stop, b0 + self.batch_size)
-            # load every block whose first window is in this batch, keeping reads in flight
-            while loaded < len(read_order) and first_use[read_order[loaded]] < b1:
-                while hinted < len(read_order) and hinted < loaded + 2 * self.ahead:
-                    for v in self.variables:  # the disk starts on the blocks after these
-                        v.advise(engine, regions[read_order[hinted]])
-                    hinted += 1
-                while issued < len(read_order) and issued < loaded + self.ahead:
-                    p = read_order[issued]
-                    pending[p] = [v.request(engine, regions[p], self.cache) for v in self.variables]
-                    stats.chunk_requests += sum(len(r.futures) for r in pending[p])
-                    stats.chunk_hits += sum(r.hits for r in pending[p])
-                    issued += 1
-                p = read_order[loaded]
-                tw = time.perf_counter()
-                buffer[p] = [r.result(self.timeout) for r in pending.pop(p)]
-                stats.wait_seconds += time.perf_counter() - tw
-                stats.blocks += 1
-                loaded += 1
-            stats.max_buffer_blocks = max(stats.max_buffer_blocks, len(buffer))
-            m = b1 - b0
-            outs = [
-                np.empty((m, *(window[a] for a in v.axes)), dtype=v.dtype) for v in self.variables
-            ]
-            loc = local[b0:b1].tolist()
-            for i in range(m):
-                arrays = buffer[block_pos[b0 + i]]
-                cells = [slice(o, o + w) for o, w in zip(loc[i], window)]
-                for out, arr, var in zip(outs, arrays, self.variables):
-                    out[i] = arr[tuple(cells[a] for a in var.axes)]
-            while released < len(release_order) and last_use[release_order[released]] < b1:
-                buffer.pop(release_order[released], None)
-                released += 1
-            stats.samples += m
-            stats.batches += 1
-            yield self._package(outs, starts[b0:b1])
-        pending.clear()
-        buffer.clear()
+        try:
+            for b0 in range(0, stop, self.batch_size):
+                b1 = min(stop, b0 + self.batch_size)
+                # load every block whose first window is in this batch, keeping reads in flight
+                while loaded < len(read_order) and first_use[read_order[loaded]] < b1:
+                    p, buffer[p] = next(blocks)
+                    loaded += 1
+                stats.max_buffer_blocks = max(stats.max_buffer_blocks, len(buffer))
+                m = b1 - b0
+                outs = [
+                    np.empty((m, *(window[a] for a in v.axes)), dtype=v.dtype) for v in self.variables
+                ]
+                loc = local[b0:b1].tolist()
+                for i in range(m):
+                    arrays = buffer[block_pos[b0 + i]]
+                    cells = [slice(o, o + w) for o, w in zip(loc[i], window)]
+                    for out, arr, var in zip(outs, arrays, self.variables):
+                        out[i] = arr[tuple(cells[a] for a in var.axes)]
+                while released < len(release_order) and last_use[release_order[released]] < b1:
+                    buffer.pop(release_order[released], None)
+                    released += 1
+                stats.samples += m
+                stats.batches += 1
+                yield self._package(outs, starts[b0:b1])
+        finally:
+            blocks.close()
+            buffer.clear()
+
+    def _read_blocks(
+        self, read_order: list[int], regions: list[tuple[slice, ...]]
+    ) -> Generator[tuple[int, list[np.ndarray]], None, None]:
+        """``(block, arrays)`` in ``read_order``, ``self.ahead`` blocks requested in advance."""
+        engine = get_engine()
+        stats = self.stats
+
+        def hint(blocks: list[int]) -> None:  # the disk starts on the blocks after these
+            for p in blocks:
+                for v in self.variables:
+                    v.advise(engine, regions[p])
+
+        def issue(p: int) -> list[PendingRegion | DeferredRegion]:
+            pending = [v.request(engine, regions[p], self.cache) for v in self.variables]
+            stats.chunk_requests += sum(len(r.futures) for r in pending)
+            stats.chunk_hits += sum(r.hits for r in pending)
+            return pending
+
+        def wait(p: int, pending: list[PendingRegion | DeferredRegion]) -> list[np.ndarray]:
+            t0 = time.perf_counter()
+            arrays = [r.result(self.timeout) for r in pending]
+            stats.wait_seconds += time.perf_counter() - t0
+            stats.blocks += 1
+            return arrays
+
+        return look_ahead(read_order, issue, wait, ahead=self.ahead, hint=hint)
 
     def _package(self, outs: list[np.ndarray], starts: np.ndarray) -> Any:
         if self.squeeze:

@@ -54,7 +54,7 @@ def _dataset_class(torch: Any) -> Any:
 
         def __iter__(self) -> Any:
             from .. import config
-            from ..engine.scheduler import get_engine, set_cache_bytes
+            from ..engine import get_engine, set_cache_bytes
 
             info = torch.utils.data.get_worker_info()
             b = self.batches

@@ -7,14 +7,21 @@ sources plus eager coordinates and attributes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import UnsupportedSourceError
-from .base import ChunkIndex, ChunkSource, SyncChunkSource, normalize_chunks
+from .base import (
+    DEFAULT_OPTIONS,
+    ChunkIndex,
+    ChunkSource,
+    SourceGroup,
+    SourceOptions,
+    SyncChunkSource,
+    normalize_chunks,
+)
 from .memory import ArraySource
 from .npy import MemmapSource, open_npy
 from .synthetic import SyntheticSource
@@ -25,6 +32,7 @@ __all__ = [
     "ChunkSource",
     "MemmapSource",
     "SourceGroup",
+    "SourceOptions",
     "SyncChunkSource",
     "SyntheticSource",
     "normalize_chunks",
@@ -33,15 +41,7 @@ __all__ = [
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
-
-
-@dataclass
-class SourceGroup:
-    """Everything needed to build an xarray.Dataset over engine-backed variables."""
-
-    variables: dict[str, ChunkSource]
-    coords: dict[str, tuple[tuple[str, ...], np.ndarray, dict]] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
+NETCDF_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".cdf", ".netcdf", ".gz")
 
 
 def _is_zarr_path(path: str) -> bool:
@@ -71,38 +71,50 @@ def open_group(
     obj: Any,
     *,
     storage_options: dict[str, Any] | None = None,
-    missing: str = "raise",
+    options: SourceOptions = DEFAULT_OPTIONS,
     grid: Any = None,
     size: Any = None,
 ) -> SourceGroup:
     """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source.
 
-    ``size`` (an int or ``(height, width)``) resizes the images of an image folder.
+    Every source is built with ``options`` (absent chunks, prefetch policy); a source passed
+    in is copied with them (:meth:`ChunkSource.with_options`). ``size`` (an int or
+    ``(height, width)``) resizes the images of an image folder.
     """
     if size is not None and not _is_image_folder(obj):
         from ..errors import ConfigError
 
         raise ConfigError(f"size= resizes the images of an image folder; {obj!r} is not one")
     if isinstance(obj, ChunkSource):
-        return SourceGroup({getattr(obj, "name", None) or "data": obj}, attrs=dict(obj.attrs))
+        src = obj.with_options(options)
+        return SourceGroup({getattr(src, "name", None) or "data": src}, attrs=dict(src.attrs))
     if isinstance(obj, SourceGroup):
-        return obj
+        variables = {k: v.with_options(options) for k, v in obj.variables.items()}
+        return SourceGroup(
+            variables, dict(obj.coords), dict(obj.attrs), dict(obj.encoding), set(obj.coord_names),
+            obj.multiscale, obj.level,
+        )
     if isinstance(obj, (str, Path)):
         path = os.fspath(obj)
         lower = path.lower().rstrip("/")
         if lower.endswith(".npy"):
-            src = open_npy(path, grid)
-            src.name = Path(path).stem  # type: ignore[attr-defined]
+            src = open_npy(path, grid, options=options)
             return SourceGroup({src.name: src})  # type: ignore[attr-defined]
-        if lower.endswith((".nc", ".nc4", ".h5", ".hdf5", ".cdf", ".netcdf")):
+        if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
             from .netcdf import open_netcdf
 
-            sources, coords, attrs = open_netcdf(path, grid)
-            return SourceGroup(sources, coords, attrs)
+            sources, coords, attrs, encoding = open_netcdf(path, grid, options)
+            return SourceGroup(sources, coords, attrs, encoding)
         if _is_zarr_path(path):
+            from .multiscale import open_level, read_multiscale
             from .zarr_source import open_zarr_group
 
-            sources, coords, attrs = open_zarr_group(path, storage_options, missing)
+            spec = read_multiscale(path, storage_options)
+            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+                sources, coords, attrs = open_level(spec, 0, storage_options, options)
+                return SourceGroup(sources, coords, attrs, multiscale=spec)
+
+            sources, coords, attrs = open_zarr_group(path, storage_options, options)
             return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
         if os.path.isdir(path):
             try:
@@ -110,13 +122,13 @@ def open_group(
             except ImportError:  # pragma: no cover - the images module is optional
                 open_image_folder = None  # type: ignore[assignment]
             if open_image_folder is not None and _is_image_folder(path):
-                return open_image_folder(path, size=size)  # type: ignore[no-any-return]
+                return open_image_folder(path, size=size, options=options)  # type: ignore[no-any-return]
         if not os.path.exists(path):
             raise UnsupportedSourceError(f"{path!r} does not exist")
         raise UnsupportedSourceError(
             f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
-            "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5), "
-            ".npy files and folders of images"
+            "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
+            "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
         )
     try:
         import xarray as xr
@@ -132,11 +144,12 @@ def open_group(
                 coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
             else:
                 found[str(name)] = ArraySource(
-                    var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name)
+                    var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name),
+                    options=options,
                 )
-        return SourceGroup(found, coords, dict(obj.attrs))
+        return SourceGroup(found, coords, dict(obj.attrs), coord_names=set(coords))
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
-        return SourceGroup({"data": ArraySource(obj, None, grid, None, "data")})
+        return SourceGroup({"data": ArraySource(obj, None, grid, None, "data", options=options)})
     raise UnsupportedSourceError(
         f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
         "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"

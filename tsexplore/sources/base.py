@@ -1,7 +1,10 @@
 """The ChunkSource contract: one N-dimensional array read one chunk at a time.
 
 A source knows its ``shape``, ``dtype``, ``dims``, native chunk grid (``chunks``: the chunk
-length along each dimension), ``fill_value`` and ``attrs``. The engine asks it for one chunk by
+length along each dimension), ``fill_value``, and the ``attrs`` and ``encoding`` that xarray's
+own backend gives the stored (undecoded) variable; CF decoding happens above, in xarray's own
+coders. It is built with :class:`SourceOptions` (what to do with absent chunks, which
+prefetch policy), a frozen field the engine reads. The engine asks it for one chunk by
 grid index with ``await source.read_chunk_counted(index)``, which returns the decoded chunk
 (trimmed to the array's edge) and the number of *encoded* bytes that were moved to get it.
 
@@ -13,16 +16,66 @@ engine runs those on its thread pool. Asynchronous sources (remote stores) imple
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import copy
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import IndexingError
+from ..errors import ConfigError, IndexingError
 
 ChunkIndex = tuple[int, ...]
+
+#: who counts the retries of the read running in this context: the engine sets it for each
+#: read it makes (an asyncio task, or the thread of an inline read); None outside the engine
+retry_counter: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "tsexplore_retry_counter", default=None
+)
+
+
+def count_retry() -> None:
+    """Report one retried request of the read in progress (a source calls this)."""
+    counter = retry_counter.get()
+    if counter is not None:
+        counter()
+
+
+MISSING_POLICIES = ("fill", "raise")
+PREFETCH_POLICIES = ("auto", "off", "momentum", "neighbourhood")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How the engine treats one source; sources are built with it (``source.options``).
+
+    ``missing``: ``"fill"`` (the default, as the Zarr spec, zarr and xarray do) reads a chunk
+    the store does not have as the fill value, counted as ``missing_filled`` in the stats;
+    ``"raise"`` raises :class:`~tsexplore.errors.MissingChunkError` instead.
+    ``prefetch``: ``"auto"`` (learn from the access pattern), ``"momentum"``,
+    ``"neighbourhood"`` or ``"off"`` (``True`` means ``"auto"``; ``False``/``None`` ``"off"``).
+    """
+
+    missing: str = "fill"
+    prefetch: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.missing not in MISSING_POLICIES:
+            raise ConfigError(f"missing must be 'raise' or 'fill', got {self.missing!r}")
+        prefetch: Any = self.prefetch
+        if prefetch is True:
+            object.__setattr__(self, "prefetch", "auto")
+        elif prefetch in (False, None):
+            object.__setattr__(self, "prefetch", "off")
+        elif prefetch not in PREFETCH_POLICIES:
+            raise ConfigError(f"prefetch must be one of {PREFETCH_POLICIES}, got {prefetch!r}")
+
+
+DEFAULT_OPTIONS = SourceOptions()
 
 
 class ChunkSource:
@@ -36,10 +89,39 @@ class ChunkSource:
     chunks: tuple[int, ...]
     fill_value: Any = None
     attrs: Mapping[str, Any]
-    #: True when reads block a thread (local files, decoders); False for async network reads
+    #: what xarray's own backend puts in the stored variable's ``encoding`` (chunks, codecs)
+    encoding: Mapping[str, Any] = types.MappingProxyType({})
+    #: how the engine treats this source (absent chunks, prefetch policy)
+    options: SourceOptions = DEFAULT_OPTIONS
+    #: True when ``read_chunk_counted`` is a coroutine that waits on the network (it runs on
+    #: the engine's I/O loop); False when reads block a thread (local files, decoders: they
+    #: run on the engine's read threads through ``read_chunk_sync``)
     is_async: bool = False
     #: a hint of the latency of one read in seconds (None: unknown, learned by the engine)
     latency_hint: float | None = None
+
+    @property
+    def store_dtype(self) -> np.dtype:
+        """The dtype xarray's own backend reports for the stored variable (may be
+        big-endian, or differ from ``dtype`` in other ways); chunks come out as ``dtype``."""
+        return np.dtype(getattr(self, "_store_dtype", None) or self.dtype)
+
+    def with_options(self, options: SourceOptions) -> ChunkSource:
+        """This source built with other ``options`` (a shallow copy; itself when equal).
+
+        A copy that reads absent chunks differently gets its own token, so fill values
+        cached for one never answer a read of the other.
+        """
+        if options == self.options:
+            return self
+        clone = copy.copy(self)
+        clone.options = options
+        if options.missing != self.options.missing:
+            clone.token = f"{self.token}#missing={options.missing}"
+        return clone
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        return (type(self).__name__, self.token)
 
     # -- geometry -------------------------------------------------------------------------
     @property
@@ -83,7 +165,7 @@ class ChunkSource:
         return itertools.product(*(range(g) for g in self.grid_shape))
 
     def fill_chunk(self, index: ChunkIndex) -> np.ndarray:
-        """A chunk made only of the fill value (for ``missing="fill"``)."""
+        """A chunk made only of the fill value (an absent chunk under ``missing="fill"``)."""
         fill = self.fill_value
         if fill is None:
             fill = np.nan if self.dtype.kind in "fc" else 0
@@ -121,7 +203,33 @@ class SyncChunkSource(ChunkSource):
 
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.read_chunk_sync, index)
+        context = contextvars.copy_context()  # the read thread reports to this read's counter
+        return await loop.run_in_executor(None, context.run, self.read_chunk_sync, index)
+
+
+@dataclass
+class SourceGroup:
+    """Everything needed to build an xarray.Dataset over engine-backed variables.
+
+    ``coords``: variables read eagerly (index coordinates, scalars), each
+    ``(dims, values, attrs)`` or ``(dims, values, attrs, encoding[, dtype])`` as xarray's own
+    backend gives the stored variable (undecoded; ``dtype`` what the backend reports).
+    ``encoding``: the dataset's encoding (e.g. ``unlimited_dims`` of a NetCDF file).
+    ``coord_names``: variables that are coordinates although nothing in their attributes
+    says so (the ``file`` of an image folder, the coordinates of an xarray object).
+    """
+
+    variables: dict[str, ChunkSource]
+    coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    encoding: dict[str, Any] = field(default_factory=dict)
+    coord_names: set[str] = field(default_factory=set)
+    #: the pyramid this is ``level`` of (``tsexplore.sources.multiscale``), or None
+    multiscale: Any = None
+    level: int = 0
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        return ("SourceGroup", tuple(sorted((k, v.token) for k, v in self.variables.items())))
 
 
 def normalize_chunks(
@@ -136,8 +244,6 @@ def normalize_chunks(
     ``None`` picks a grid of about ``default_bytes`` per chunk, splitting the leading
     dimensions first (the trailing ones stay whole, like an image plane).
     """
-    from ..errors import ConfigError
-
     if chunks is None:
         out = list(shape)
         budget = max(1, default_bytes // max(itemsize, 1))

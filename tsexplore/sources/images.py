@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, CorruptChunkError, SourceError
-from .base import ChunkIndex, SyncChunkSource
+from .base import DEFAULT_OPTIONS, ChunkIndex, SourceGroup, SourceOptions, SyncChunkSource
+from .memory import ArraySource
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 _NATIVE_MODES = {"I;16": np.uint16, "I;16B": np.uint16, "I;16L": np.uint16, "I": np.int32, "F": np.float32}
@@ -75,7 +76,10 @@ class ImageFolderSource(SyncChunkSource):
         shape_hw: tuple[int, int],
         channels: int,
         dtype: Any,
+        *,
+        options: SourceOptions = DEFAULT_OPTIONS,
     ) -> None:
+        self.options = options
         self.files = files
         self.root = root
         self.size = size
@@ -153,15 +157,18 @@ def _list_images(root: str, pattern: str | None) -> tuple[list[str], list[int], 
     return files, labels, used
 
 
-def open_image_folder(path: str | os.PathLike[str], size: Any = None, pattern: str | None = None) -> Any:
+def open_image_folder(
+    path: str | os.PathLike[str],
+    size: Any = None,
+    pattern: str | None = None,
+    options: SourceOptions = DEFAULT_OPTIONS,
+) -> Any:
     """Sources for a folder of images: an ``image`` variable (and ``label`` for class folders).
 
     ``size``: ``(height, width)`` or an int to resize every image to (bilinear); without it
     all images must already share one size. ``pattern``: a glob on file names (default:
     every ``*.png``, ``*.jpg``, ``*.jpeg``, ``*.tif``, ``*.tiff``).
     """
-    from . import ArraySource, SourceGroup
-
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
         raise SourceError(f"{os.fspath(path)!r} is not a folder")
@@ -200,7 +207,7 @@ def open_image_folder(path: str | os.PathLike[str], size: Any = None, pattern: s
     mode = _target_mode(modes, alpha)
     channels = {"L": 1, "RGB": 3, "RGBA": 4}.get(mode, 1)
     dtype = _NATIVE_MODES.get(mode, np.uint8)
-    src = ImageFolderSource(files, root, target, mode, target_hw, channels, dtype)
+    src = ImageFolderSource(files, root, target, mode, target_hw, channels, dtype, options=options)
     variables: dict[str, Any] = {"image": src}
     coords: dict[str, Any] = {
         "file": (("frame",), np.array(files, dtype=object), {}),
@@ -208,8 +215,10 @@ def open_image_folder(path: str | os.PathLike[str], size: Any = None, pattern: s
     }
     attrs: dict[str, Any] = {"title": f"images of {Path(root).name}", "source": root}
     if classes:
-        label = ArraySource(np.asarray(labels, dtype=np.int64), ("frame",), None, {}, "label")
+        label = ArraySource(
+            np.asarray(labels, dtype=np.int64), ("frame",), None, {}, "label", options=options
+        )
         label.attrs = {"classes": list(classes)}
         variables["label"] = label
         attrs["classes"] = list(classes)
-    return SourceGroup(variables, coords, attrs)
+    return SourceGroup(variables, coords, attrs, coord_names={"file"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ChunkIndex, SyncChunkSource, normalize_chunks
+from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
 
 
 def _regular_dask_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
@@ -32,8 +32,11 @@ class ArraySource(SyncChunkSource):
         chunks: Any = None,
         attrs: dict | None = None,
         name: str = "data",
+        *,
+        options: SourceOptions = DEFAULT_OPTIONS,
     ) -> None:
         self._array = array
+        self.options = options
         self.shape = tuple(int(s) for s in array.shape)
         self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks come out native-endian
         self.dims = tuple(dims) if dims else tuple(f"dim_{i}" for i in range(len(self.shape)))

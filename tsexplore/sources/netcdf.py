@@ -1,51 +1,76 @@
-"""NetCDF3 (scipy engine) and NetCDF4/HDF5 (h5netcdf engine) through xarray's own backends.
+"""NetCDF3 (scipy engine, also gzipped) and NetCDF4/HDF5 (h5netcdf engine) through xarray's
+own backend stores.
 
-The file is opened by xarray without decoding (``decode_cf=False``); each data variable
-becomes a source reading one chunk region at a time through xarray's lazy backend array (and
-its HDF5 lock). The chunk grid is the file's native HDF5 chunking when there is one, else a
-virtual grid of about 4 MiB per chunk. Encoded bytes are reported as the region's size (the
-backends do not expose compressed sizes).
+The file is opened with xarray's ``ScipyDataStore`` / ``H5NetCDFStore`` exactly as xarray's
+``scipy`` / ``h5netcdf`` engines open it, and the store's raw (undecoded) variables give each
+source its dims, attributes and encoding (``chunksizes``, ``zlib``, ``complevel``, ``shuffle``,
+``contiguous``, ``fletcher32``, ``source``, ...): CF decoding happens above, in xarray's coders.
+Each data variable becomes a source reading one chunk region at a time through the store's
+lazy backend array (and its HDF5 lock). The chunk grid is the file's native HDF5 chunking
+when there is one, else a virtual grid of about 4 MiB per chunk. Encoded bytes are reported
+as the region's size (the backends do not expose compressed sizes).
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 from typing import Any
 
 import numpy as np
 
 from ..errors import SourceError
-from .base import ChunkIndex, SyncChunkSource, normalize_chunks
+from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
 
 
 class NetCDFVariableSource(SyncChunkSource):
-    def __init__(self, path: str, name: str, variable: Any, engine: str, chunks: Any = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        name: str,
+        variable: Any,
+        engine: str,
+        chunks: Any = None,
+        options: SourceOptions = DEFAULT_OPTIONS,
+        store: Any = None,
+    ) -> None:
         self.path = path
         self.name = name
         self.engine = engine
-        self._var = variable
+        self._var = variable  # xarray's raw store variable (lazily indexed backend array)
+        self._store = store  # the xarray store it came from (closed by close())
         self.shape = tuple(int(s) for s in variable.shape)
-        self.dtype = np.dtype(variable.dtype).newbyteorder("=")  # NetCDF3 is big-endian
+        self._store_dtype = np.dtype(variable.dtype)
+        self.dtype = self._store_dtype.newbyteorder("=")  # NetCDF3 is big-endian
         self.dims = tuple(str(d) for d in variable.dims)
         native = variable.encoding.get("chunksizes")
         if chunks is None and native:
             chunks = tuple(native)
         self.chunks = normalize_chunks(chunks, self.shape, self.dims, 4 * 2**20, self.dtype.itemsize)
         self.attrs = dict(variable.attrs)
+        self.encoding = dict(variable.encoding)
         self.fill_value = variable.attrs.get("_FillValue")
+        self.options = options
         st = os.stat(path)
         self.token = f"netcdf-{os.path.abspath(path)}:{name}@{st.st_mtime_ns}-{st.st_size}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_var"] = None
+        state["_var"] = state["_store"] = None
         return state
 
     def _variable(self) -> Any:
         if self._var is None:
-            ds = _open(self.path, self.engine)
-            self._var = ds.variables[self.name]
+            self._store = open_store(self.path, self.engine)
+            self._var = self._store.get_variables()[self.name]
         return self._var
+
+    def close(self) -> None:
+        """Close the file (xarray's file manager reopens it if the source reads again)."""
+        store, self._store = self._store, None
+        self._var = None
+        if store is not None:
+            store.close()
 
     def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         region = self._variable()[self.chunk_slices(index)]
@@ -53,40 +78,75 @@ class NetCDFVariableSource(SyncChunkSource):
         return data, data.nbytes
 
 
-def _engine_for(path: str) -> str:
+def _magic(path: str) -> bytes:
     with open(path, "rb") as f:
         magic = f.read(8)
-    if magic.startswith(b"CDF"):
+    if magic.startswith(b"\x1f\x8b"):  # gzip: xarray's scipy engine reads the file inside
+        try:
+            with gzip.open(path) as f:
+                return b"gz:" + f.read(8)
+        except OSError as exc:
+            raise SourceError(f"{path} looks gzipped but cannot be decompressed: {exc}") from exc
+    return magic
+
+
+def engine_for(path: str) -> str:
+    """``"scipy"`` for NetCDF3 (plain or gzipped), ``"h5netcdf"`` for NetCDF4/HDF5."""
+    magic = _magic(path)
+    if magic.startswith((b"CDF", b"gz:CDF")):
+        if magic.startswith(b"gz:") and not path.endswith(".gz"):
+            raise SourceError(
+                f"{path} is a gzipped NetCDF3 file; xarray's scipy engine (and tsexplore) "
+                "open those only under a name ending in .gz"
+            )
         return "scipy"
     if magic.startswith(b"\x89HDF"):
         return "h5netcdf"
+    if magic.startswith(b"gz:"):
+        raise SourceError(
+            f"{path} is gzipped, but what is inside is not NetCDF3 (magic 'CDF'): "
+            "xarray's scipy engine opens only gzipped NetCDF3 files"
+        )
     raise SourceError(
         f"{path} is neither NetCDF3 (magic 'CDF') nor NetCDF4/HDF5 (magic '\\x89HDF'); "
         f"its first bytes are {magic!r}"
     )
 
 
-def _open(path: str, engine: str) -> Any:
-    import xarray as xr
+def open_store(path: str, engine: str) -> Any:
+    """xarray's own backend store for ``path``, opened as xarray's engine opens it."""
+    if engine == "scipy":
+        from xarray.backends.scipy_ import ScipyDataStore
 
-    return xr.open_dataset(path, engine=engine, decode_cf=False, cache=False)
+        return ScipyDataStore(path, mode="r")
+    from xarray.backends.h5netcdf_ import H5NetCDFStore
+
+    # phony_dims="access" is what xarray's h5netcdf engine uses when none is given
+    return H5NetCDFStore.open(path, mode="r", phony_dims="access", decode_vlen_strings=True)
 
 
-def open_netcdf(path: str | os.PathLike[str], chunks: Any = None) -> tuple[dict, dict, dict]:
-    """Sources for the data variables of a NetCDF file: (sources, coords, attrs)."""
-    path = os.fspath(path)
-    engine = _engine_for(path)
+def open_netcdf(
+    path: str | os.PathLike[str], chunks: Any = None, options: SourceOptions = DEFAULT_OPTIONS
+) -> tuple[dict, dict, dict, dict]:
+    """Sources for the data variables of a NetCDF file: (sources, coords, attrs, encoding).
+
+    Coordinates (variables named after their dimension) and scalars are read eagerly, as
+    ``(dims, values, attrs, encoding, dtype)`` of xarray's raw store variable.
+    """
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))  # as xarray normalizes it
+    engine = engine_for(path)
     try:
-        ds = _open(path, engine)
+        store = open_store(path, engine)
+        variables, attrs = store.load()
+        encoding = store.get_encoding()
     except Exception as exc:  # noqa: BLE001
         raise SourceError(f"cannot open {path} with xarray's {engine} engine: {exc}") from exc
     sources = {}
     coords = {}
-    for name, var in ds.variables.items():
-        if name in ds.dims and var.ndim == 1:
-            coords[name] = (var.dims, np.asarray(var.values), dict(var.attrs))
-        elif name in ds.coords or var.ndim == 0:
-            coords[name] = (var.dims, np.asarray(var.values), dict(var.attrs))
+    for name, var in variables.items():
+        if var.dims == (name,) or var.ndim == 0:
+            values = np.asarray(var.values)
+            coords[name] = (var.dims, values, dict(var.attrs), dict(var.encoding), var.dtype)
         else:
-            sources[name] = NetCDFVariableSource(path, name, var, engine, chunks)
-    return sources, coords, dict(ds.attrs)
+            sources[name] = NetCDFVariableSource(path, name, var, engine, chunks, options, store)
+    return sources, coords, dict(attrs), dict(encoding)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceError, TruncatedFileError
-from .base import ChunkIndex, SyncChunkSource, normalize_chunks
+from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
 
 
 class MemmapSource(SyncChunkSource):
@@ -28,8 +28,13 @@ class MemmapSource(SyncChunkSource):
         order: str = "C",
         chunks: Any = None,
         dims: tuple[str, ...] | None = None,
+        *,
+        name: str | None = None,
+        options: SourceOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.path = os.fspath(path)
+        self.name = name or os.path.splitext(os.path.basename(self.path))[0]
+        self.options = options
         self.shape = tuple(int(s) for s in shape)
         self.file_dtype: np.dtype = np.dtype(dtype)  # as stored (may be big-endian)
         self.dtype = self.file_dtype.newbyteorder("=")  # chunks come out native-endian
@@ -77,7 +82,9 @@ class MemmapSource(SyncChunkSource):
         self._mm = None
 
 
-def open_npy(path: str | os.PathLike[str], chunks: Any = None) -> MemmapSource:
+def open_npy(
+    path: str | os.PathLike[str], chunks: Any = None, options: SourceOptions = DEFAULT_OPTIONS
+) -> MemmapSource:
     """A :class:`MemmapSource` for a ``.npy`` file (header parsed, never loaded)."""
     from numpy.lib import format as npformat
 
@@ -94,4 +101,5 @@ def open_npy(path: str | os.PathLike[str], chunks: Any = None) -> MemmapSource:
         raise SourceError(f"{path} is not a readable .npy file: {exc}") from exc
     if dtype.hasobject:
         raise SourceError(f"{path} holds Python objects; tsexplore reads numeric .npy files only")
-    return MemmapSource(path, shape, dtype, offset, "F" if fortran else "C", chunks)
+    order = "F" if fortran else "C"
+    return MemmapSource(path, shape, dtype, offset, order, chunks, options=options)

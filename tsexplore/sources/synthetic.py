@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ChunkIndex, SyncChunkSource, normalize_chunks
+from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
 
 
 class SyntheticSource(SyncChunkSource):
@@ -28,6 +28,9 @@ class SyntheticSource(SyncChunkSource):
         latency: float = 0.0,
         dims: tuple[str, ...] | None = None,
         seed: int = 0,
+        *,
+        name: str = "data",
+        options: SourceOptions = DEFAULT_OPTIONS,
     ) -> None:
         shape = tuple(int(s) for s in shape)
         if not shape or any(s < 0 for s in shape):
@@ -41,6 +44,8 @@ class SyntheticSource(SyncChunkSource):
         default_dims = ("time", "y", "x")[-len(shape):] if len(shape) <= 3 else None
         self.dims = tuple(dims) if dims else (default_dims or tuple(f"dim_{i}" for i in range(len(shape))))
         self.chunks = normalize_chunks(chunks, shape, self.dims, 4 * 2**20, self.dtype.itemsize)
+        self.name = name
+        self.options = options
         self.latency = float(latency)
         self.seed = int(seed)
         self.fill_value = None

@@ -7,8 +7,11 @@ filesystem on the engine's loop for remote ones, with a timeout and jittered ret
 allocating. Codec chains outside that set (sharding, transpose, filters) are read through
 zarr's own async API (``AsyncArray.getitem``) on the engine's loop.
 
-A chunk that the store lacks raises :class:`MissingChunkError` (``missing="fill"`` turns it into
-fill values, counted in the stats) -- zarr itself would silently return fill values.
+A chunk that the store lacks reads as the array's fill value, as the Zarr spec, zarr-python and
+xarray read it (zarr writes no chunk equal to the fill value); the engine counts it
+(``missing_filled``) and the chunk map shows it as absent. ``missing="raise"`` (the strict
+opt-in) raises :class:`MissingChunkError` instead. Dims, attributes and encoding come from
+:mod:`.zarr_meta` (as xarray's zarr backend presents them).
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from ..errors import (
     RemoteReadError,
     SourceError,
 )
-from .base import ChunkIndex, ChunkSource
+from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, count_retry
 from .codecs import chain_from_zarr
+from .zarr_meta import absent_fill, group_attrs, variable_meta
 
 RETRY_STATUS = {408, 429}
 _async_fs: dict[tuple[int, str, str], Any] = {}
-retry_hook: list[Any] = []  # the engine appends a callable counting retries
 
 
 def _is_remote(url: str) -> bool:
@@ -83,24 +86,30 @@ class ZarrSource(ChunkSource):
         array: Any,
         root: str,
         name: str,
-        dims: tuple[str, ...],
         storage_options: dict[str, Any] | None = None,
-        missing: str = "raise",
+        options: SourceOptions = DEFAULT_OPTIONS,
+        dims: tuple[str, ...] | None = None,
     ) -> None:
+        """``dims`` names the axes where the array's own metadata does not (OME-NGFF v0.4
+        arrays take them from their ``multiscales`` axes)."""
         self._array = array  # a zarr.Array, used for metadata and the fallback path
         self.root = root.rstrip("/")
         self.name = name
         self.path = array.path
         self.shape = tuple(int(s) for s in array.shape)
         self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks are decoded to native
-        self.dims = dims
+        described = variable_meta(array, name)
+        self.dims = described.dims if dims is None else tuple(dims)
+        self.attrs = described.attrs
+        self.encoding = described.encoding
+        if dims is not None:
+            self.encoding = {**described.encoding, "preferred_chunks": dict(zip(self.dims, array.chunks))}
+        self._store_dtype = described.store_dtype
         meta = array.metadata
         self.chunks = tuple(int(c) for c in array.chunks)
-        fill = array.fill_value
-        self.fill_value = None if fill is None else np.asarray(fill).item()
-        self.attrs = _cf_attrs(array)
+        self.fill_value = absent_fill(array, self.dtype)
         self.storage_options = dict(storage_options or {})
-        self.missing = missing
+        self.options = options
         self._chain = chain_from_zarr(meta)
         self._meta = meta
         self.remote = _is_remote(self.root)
@@ -108,6 +117,7 @@ class ZarrSource(ChunkSource):
         self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
         self._local_root = self.root[len("file://") :] if self.root.startswith("file://") else self.root
         self._fallback: Any = None
+        self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
         # Every open is a new version. Zarr writes chunks as separate files, so no cheap
         # stamp (the metadata's mtime) changes when they are rewritten: a token shared
         # between opens served stale chunks from the cache after ``arr[...] = new`` (and
@@ -190,11 +200,17 @@ class ZarrSource(ChunkSource):
 
     def _missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
-            f"{self._where(index)} is missing from the store. If the store was written "
-            "sparsely (zarr skips chunks equal to the fill value), open it with missing='fill'",
+            f"{self._where(index)} is missing from the store (opened with missing='raise'). "
+            "zarr writes no chunk equal to the fill value; open with missing='fill' (the "
+            "default) to read absent chunks as the fill value, as zarr and xarray do",
             source=self.token,
             index=tuple(index),
         )
+
+    def fill_chunk(self, index: ChunkIndex) -> np.ndarray:
+        """An absent chunk as zarr-python reads it: the fill value (a v2 ``null`` fill
+        reads as the dtype's default)."""
+        return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
     async def _fetch_remote(self, index: ChunkIndex) -> bytes:
         settings = config.get()
@@ -231,11 +247,33 @@ class ZarrSource(ChunkSource):
                         source=self.token,
                         index=tuple(index),
                     ) from exc
-                for hook in retry_hook:
-                    hook()
+                count_retry()
                 delay = settings.retry_backoff * (2**attempt) * (0.5 + random.random())
                 attempt += 1
                 await asyncio.sleep(delay)
+
+    def _stored_key(self, index: ChunkIndex) -> str:
+        """The store key of the object holding chunk ``index``: its own key, or the key of
+        the shard that holds it (``chunk_key`` of the shard grid)."""
+        shards = self._array.shards
+        if shards:
+            index = tuple(i * c // s for i, c, s in zip(index, self.chunks, shards))
+        key = self._meta.encode_chunk_key(tuple(index))
+        return f"{self.path}/{key}" if self.path else key
+
+    async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
+        """True when the chunk (or its whole shard) is not in the store. Present keys are
+        remembered, so a shard is looked up once, not once per inner chunk."""
+        key = self._stored_key(index)
+        if key in self._present:
+            return False
+        try:
+            found = await asyncio.wait_for(store.exists(key), config.get().http_timeout)
+        except Exception:  # noqa: BLE001 - cannot tell: let zarr's read report what fails
+            return False
+        if found and len(self._present) < 1 << 16:
+            self._present.add(key)
+        return not found
 
     async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         """Codec chains tsexplore does not decode itself: ask zarr's async API."""
@@ -261,6 +299,8 @@ class ZarrSource(ChunkSource):
                 )
             array = await za.open_array(store=store, path=self.path, mode="r")
             self._fallback = (loop_id, array)
+        if await self._absent_in_store(self._fallback[1].store, index):
+            raise self._missing(index)  # zarr would fill it silently: let the policy decide
         sl = self.chunk_slices(index)
         try:
             arr = await asyncio.wait_for(self._fallback[1].getitem(sl), config.get().http_timeout)
@@ -279,47 +319,13 @@ class ZarrSource(ChunkSource):
         return arr, arr.nbytes
 
 
-def _cf_attrs(array: Any) -> dict[str, Any]:
-    """The array's attributes with ``_FillValue`` as xarray's zarr backend presents it.
-
-    xarray writes the CF ``_FillValue`` of a v2 array as the array's ``fill_value`` (and reads
-    it back as the mask; it always writes ``_ARRAY_DIMENSIONS`` too), and that of a v3 array
-    as a base64/JSON-encoded attribute. Left as stored, packed data (``scale_factor`` with a
-    ``_FillValue``) decodes the fill as a number instead of NaN.
-    """
-    raw = dict(array.attrs)
-    attrs = {k: v for k, v in raw.items() if k != "_ARRAY_DIMENSIONS"}
-    fmt = getattr(array.metadata, "zarr_format", None)
-    if fmt == 2 and "_ARRAY_DIMENSIONS" in raw:
-        if array.fill_value is not None:
-            attrs["_FillValue"] = np.asarray(array.fill_value).item()
-    elif fmt == 3 and "_FillValue" in attrs:
-        try:
-            from xarray.backends.zarr import FillValueCoder
-
-            attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], array.dtype)
-        except Exception:  # noqa: BLE001 - not xarray's encoding: keep the attribute as is
-            pass
-    return attrs
-
-
-def _dims_of(array: Any, name: str) -> tuple[str, ...]:
-    names = getattr(array.metadata, "dimension_names", None)
-    if names and all(n is not None for n in names):
-        return tuple(names)
-    dims = array.attrs.get("_ARRAY_DIMENSIONS")
-    if dims:
-        return tuple(dims)
-    return tuple(f"{name}_dim_{i}" for i in range(array.ndim))
-
-
 def open_zarr_group(
-    url: str, storage_options: dict[str, Any] | None = None, missing: str = "raise"
+    url: str, storage_options: dict[str, Any] | None = None, options: SourceOptions = DEFAULT_OPTIONS
 ) -> tuple[dict[str, ZarrSource], dict[str, Any], dict[str, Any]]:
     """Sources for every array of a Zarr group (or a lone array): (sources, coords, attrs).
 
     Coordinates are 1-D arrays named after their dimension; they are read eagerly, as xarray
-    reads index coordinates.
+    reads index coordinates, and come as ``(dims, values, attrs, encoding)``.
     """
     import zarr
 
@@ -339,7 +345,7 @@ def open_zarr_group(
         base = root[: -len(node.path)] if node.path and root.endswith(node.path) else root
     else:
         arrays = {n: a for n, a in node.arrays()}
-        attrs = dict(node.attrs)
+        attrs = group_attrs(node)
         base = root
     if not arrays:
         raise SourceError(
@@ -349,11 +355,12 @@ def open_zarr_group(
     sources: dict[str, ZarrSource] = {}
     coords: dict[str, Any] = {}
     for name, arr in sorted(arrays.items()):
-        dims = _dims_of(arr, name)
-        if arr.ndim == 1 and dims == (name,) and arr.size <= 50_000_000:
-            coords[name] = (dims, np.asarray(arr[...]), {k: v for k, v in arr.attrs.items() if k != "_ARRAY_DIMENSIONS"})
+        meta = variable_meta(arr, name)
+        if arr.ndim == 1 and meta.dims == (name,) and arr.size <= 50_000_000:
+            values = np.asarray(arr[...])
+            coords[name] = (meta.dims, values, meta.attrs, meta.encoding, meta.store_dtype)
             continue
-        sources[name] = ZarrSource(arr, base, name, dims, storage_options, missing)
+        sources[name] = ZarrSource(arr, base, name, storage_options, options)
     return sources, coords, attrs
 
 

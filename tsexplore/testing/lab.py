@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def jupyterlab(root: Path, env: dict[str, str] | None = None, timeout: float = 90.0) -> Iterator[tuple[str, str]]:
-    """Run JupyterLab in ``root``; yields ``(base_url, token)``; stops it by PID on exit."""
+def jupyterlab(root: Path, env: dict[str, str] | None = None, timeout: float = 90.0,
+               args: Sequence[str] = ()) -> Iterator[tuple[str, str]]:
+    """Run JupyterLab in ``root`` (extra command-line ``args``, e.g. a server extension);
+    yields ``(base_url, token)``; stops it by PID on exit. Its log is ``root / "lab.log"``."""
     root = Path(root)
     token, cfg = secrets.token_hex(16), root / ".jcfg"
     (cfg / "labconfig").mkdir(parents=True, exist_ok=True)
@@ -73,7 +75,7 @@ def jupyterlab(root: Path, env: dict[str, str] | None = None, timeout: float = 9
          f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
          f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
          "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *args],
         cwd=root, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

@@ -27,13 +27,16 @@ from ..sources.base import ChunkIndex, ChunkSource
 
 __all__ = ["CountingSource", "FaultySource", "LatencySource", "WrapperSource"]
 
-_GEOMETRY = ("shape", "dtype", "dims", "chunks", "fill_value", "attrs", "is_async", "latency_hint")
+_GEOMETRY = (
+    "shape", "dtype", "dims", "chunks", "fill_value", "attrs", "encoding", "options",
+    "is_async", "latency_hint",
+)
 
 
 class WrapperSource(ChunkSource):
     """A source that forwards everything to ``source``; subclasses change ``read_chunk_counted``.
 
-    Attributes not defined on the wrapper (``path``, ``evaluate``, ``missing``...) are read
+    Attributes not defined on the wrapper (``path``, ``evaluate``, ``name``...) are read
     from the wrapped source.
     """
 
@@ -86,53 +89,69 @@ class LatencySource(WrapperSource):
         return await self._inner.read_chunk_counted(index)
 
 
+class _Tally:
+    """The counters of a :class:`CountingSource`, shared by its copies (``with_options``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reads = 0
+        self.active = 0
+        self.max_active = 0
+        self.counts: Counter[ChunkIndex] = Counter()
+        self.order: list[ChunkIndex] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+
 class CountingSource(WrapperSource):
     """Counts the reads that reach it: ``reads`` in total, ``counts[index]`` per chunk.
 
     A read is counted when it starts, whether it succeeds or not; ``order`` lists the indices
     in the order their reads started; ``active`` is the number running now and ``max_active``
-    the most that ever ran at once.
+    the most that ever ran at once. Copies made by ``with_options`` (``open_dataset(src,
+    prefetch=...)``) count into the same counters.
     """
 
     def __init__(self, source: ChunkSource) -> None:
         super().__init__(source)
-        self._lock = threading.Lock()
-        self.reads = 0
-        self.counts: Counter[ChunkIndex] = Counter()
-        self.order: list[ChunkIndex] = []
-        self.active = 0
-        self.max_active = 0
+        self._tally = _Tally()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+    reads = property(lambda self: self._tally.reads, doc="reads started")
+    active = property(lambda self: self._tally.active, doc="reads running now")
+    max_active = property(lambda self: self._tally.max_active, doc="most reads ever running at once")
+    counts = property(lambda self: self._tally.counts, doc="reads started per chunk index")
+    order = property(lambda self: self._tally.order, doc="chunk indices in the order read")
 
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         index = tuple(int(i) for i in index)
-        with self._lock:
-            self.reads += 1
-            self.counts[index] += 1
-            self.order.append(index)
-            self.active += 1
-            self.max_active = max(self.max_active, self.active)
+        tally = self._tally
+        with tally.lock:
+            tally.reads += 1
+            tally.counts[index] += 1
+            tally.order.append(index)
+            tally.active += 1
+            tally.max_active = max(tally.max_active, tally.active)
         try:
             return await self._inner.read_chunk_counted(index)
         finally:
-            with self._lock:
-                self.active -= 1
+            with tally.lock:
+                tally.active -= 1
 
     def reset(self) -> None:
         """Zero the counters."""
-        with self._lock:
-            self.reads = 0
-            self.counts.clear()
-            self.order.clear()
-            self.max_active = self.active
+        tally = self._tally
+        with tally.lock:
+            tally.reads = 0
+            tally.counts.clear()
+            tally.order.clear()
+            tally.max_active = tally.active
 
 
 class FaultySource(WrapperSource):

@@ -37,10 +37,6 @@ class AxisMap:
                 return cls(dim, size, float(v[0]), float(step), units, values)
         return cls(dim, size, 0.0, 1.0, units, values if values.ndim == 1 else None)
 
-    @property
-    def is_index(self) -> bool:
-        return self.c0 == 0.0 and self.dc == 1.0
-
     def to_index(self, value: float) -> float:
         """Continuous index of coordinate ``value``."""
         return (float(value) - self.c0) / self.dc

@@ -7,7 +7,10 @@ each frame, embedded through ``jupyter_bokeh.BokehModel`` (an ipywidget). A holo
 DynamicMap re-render cost 100-400 ms of the kernel's thread per frame here, and its browser
 side echoed every frame back to the kernel; the in-place update costs a few ms and nothing
 comes back but pan/zoom (``RangesUpdate``) and click (``Tap``) events.
-Frames arrive on the controller's view thread and are painted on the kernel's IOLoop.
+Frames arrive on the controller's view thread and are painted on the kernel's IOLoop: the
+Explorer is the controller's :class:`~tsexplore.controller.View`. The variable shown is
+exactly the selection it was given (``ds.temp.sel(lat=slice(...))``): the one resolver
+(:func:`tsexplore.resolve.resolve`) finds the source and the selection over it.
 """
 
 from __future__ import annotations
@@ -17,17 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import (
-    Frame,
-    PlaneGeometry,
-    ViewController,
-    ViewState,
-    resolve,
-    stream_profile,
-)
+from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewState, resolve
+from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
+from ..resolve import Resolved, fallback_source, try_resolve
 from ._axes import AxisMap
 from ._kernel import Dispatcher, bokeh_widget
+from .planes import watch
 
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_COLOUR = "#d9d9d9"
@@ -55,15 +54,12 @@ def _as_dataset(obj: Any) -> Any:
     )
 
 
-def _source_of(ds: Any, var: str) -> Any:
-    from ..xarray import open_dataset, sources_of
-
-    found = sources_of(ds[var])
-    if not found:  # a plain xarray object: wrap it so reads go through the engine
-        found = sources_of(open_dataset(ds[[var]])[var])
-    if not found:
-        raise TsExploreError(f"variable {var!r} cannot be read through the tsexplore engine")
-    return found[0]
+def _selection_of(ds: Any, var: str) -> Resolved:
+    """The source behind ``ds[var]`` and the selection over it (or a wrapper of its values)."""
+    found = try_resolve(ds[var])
+    if found is None:  # in memory, decoded or another backend: read it through the engine
+        found = Resolved.whole(fallback_source(ds[var], var))
+    return found
 
 
 class Explorer:
@@ -104,8 +100,8 @@ class Explorer:
         self._info_frame: Frame | None = None
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
-        self._profile_gen = 0
         self._profile_thread: threading.Thread | None = None
+        self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
 
@@ -143,13 +139,16 @@ class Explorer:
         self.widget = w.HBox(children)
         self.widget.add_class("tsexplore-explorer")
 
+        self._observe_controls()
+        self._build()
+
+    def _observe_controls(self) -> None:
         self.var_picker.observe(self._on_var, "value")
-        self.y_picker.observe(self._on_dims, "value")
-        self.x_picker.observe(self._on_dims, "value")
+        for picker in (self.y_picker, self.x_picker):
+            picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
         for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
             ctl.observe(self._on_clim, "value")
-        self._build()
 
     # -- building --------------------------------------------------------------------------
     def _build(self) -> None:
@@ -166,8 +165,9 @@ class Explorer:
         var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
         da = self.ds[var]
         self.da = da
-        self.source = _source_of(self.ds, var)
-        self.geometry = PlaneGeometry.of(self.source, ydim, xdim)
+        self.selection = _selection_of(self.ds, var)
+        self.source = self.selection.source
+        self.geometry = PlaneGeometry.of(self.selection, ydim, xdim)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         view = self._initial_view
         self._initial_view = {}
@@ -180,14 +180,15 @@ class Explorer:
             width=self.width,
         )
         self.controller = ViewController(
-            self.source,
+            self.selection,
             self.geometry,
+            engine=get_engine(),
+            view=self,
             state=state,
-            on_frame=self._on_frame,
-            on_error=self._on_error,
             max_chunks=self.max_chunks,
             clim=self._clim(),
         )
+        watch(self.controller)
         # sliders: one per other dim, with play/pause, speed and the coordinate value
         rows = []
         self.sliders, self.readouts, self.players = {}, {}, {}
@@ -341,11 +342,20 @@ class Explorer:
         self.controller.clim = clim
         self.controller.refresh()
 
-    def _on_frame(self, frame: Frame) -> None:  # view thread
+    # -- the controller's View (called on its threads) --------------------------------------
+    def show_frame(self, frame: Frame) -> None:
         self.dispatch(self._paint, frame)
 
-    def _on_error(self, exc: BaseException) -> None:  # view thread
+    def show_error(self, exc: BaseException) -> None:
         self.dispatch(self._show_error, exc)
+
+    def show_profile(self, profile: Profile) -> None:
+        geom = self.geometry
+        point = dict(profile.point)
+        title = f"{self.var_picker.value} at {geom.ydim}={point[geom.ydim]}, {geom.xdim}={point[geom.xdim]}"
+        if profile.done:
+            self.profile_values = profile.values
+        self.dispatch(self._send_profile, self.controller, profile, title if profile.done else title + " …")
 
     def _show_error(self, exc: BaseException) -> None:
         self.info.value = f"<span style='color:#b00'>read failed: {type(exc).__name__}: {exc}</span>"
@@ -404,52 +414,26 @@ class Explorer:
         geom = self.geometry
         ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
         dim = self.profile_dim
-        if dim is None or not (0 <= iy < ny and 0 <= ix < nx):
+        if dim is None or not (0 <= iy < ny and 0 <= ix < nx) or self.controller is None:
             return None
-        assert self.controller is not None
         point = dict(self.controller.state.indices)
         point.update({geom.ydim: iy, geom.xdim: ix})
-        self._profile_gen += 1
-        gen = self._profile_gen
-        title = f"{self.var_picker.value} at {geom.ydim}={iy}, {geom.xdim}={ix}"
+        self._profile_thread = self.controller.profile_at(point, dim)
+        return self._profile_thread
 
-        def run() -> None:
-            import time
-
-            last = 0.0
-            values = None
-            try:
-                for values, _filled in stream_profile(
-                    self.source, geom, point, dim, cancelled=lambda: gen != self._profile_gen
-                ):
-                    if time.monotonic() - last > 0.2:
-                        last = time.monotonic()
-                        self.dispatch(self._send_profile, gen, values.copy(), title + " …")
-            except TsExploreError as exc:
-                self.dispatch(self._show_error, exc)
-                return
-            if values is not None and gen == self._profile_gen:
-                self.profile_values = values.copy()
-                self.dispatch(self._send_profile, gen, values.copy(), title)
-
-        t = threading.Thread(target=run, name=f"tsexplore-profile-{self.controller.id}", daemon=True)
-        self._profile_thread = t
-        t.start()
-        return t
-
-    def _send_profile(self, gen: int, values: np.ndarray, title: str) -> None:
-        if gen == self._profile_gen:
-            self.profile_source.data = {"x": np.arange(values.size), "y": values}
-            self.profile_figure.title.text = title
+    def _send_profile(self, controller: Any, profile: Profile, title: str) -> None:
+        """Paint ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
+        current = self.controller
+        if current is None or controller is not current or profile.generation != current.profile_generation:
+            return
+        self.profile_source.data = {"x": np.arange(profile.values.size), "y": profile.values}
+        self.profile_figure.title.text = title
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the view thread, the profile thread and the stats timer; close the widgets."""
-        self._profile_gen += 1
         if self.controller is not None:
             self.controller.close()
-        if self._profile_thread is not None:
-            self._profile_thread.join(2.0)
         if self.stats_panel is not None:
             self.stats_panel.close()
         self.plot_widget.close()

@@ -3,7 +3,7 @@
 Every ``interval`` seconds (default 0.25) :meth:`StatsPanel.tick` takes ``tse.stats()``,
 streams one row into the plots' ``ColumnDataSource`` (hit ratio over the last second, MB/s read, queue
 depth per priority, reads in flight, latency p50/p95) and sends the chunk map of the current
-plane (cached / in flight / not loaded). In a kernel the timer is a tornado PeriodicCallback
+plane (cached / in flight / not loaded / absent from the store). In a kernel the timer is a tornado PeriodicCallback
 on the kernel's IOLoop, so the panel keeps moving while a computation runs in a background
 thread (it pauses while a cell itself is busy); outside a kernel (and with
 ``timer="thread"``) it is a ``tsexplore-stats-*`` thread.
@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import live_controllers
-from ..engine import snapshot
+from ..engine import current_engine, snapshot
 from ..errors import ConfigError
 from ._kernel import Timer, bokeh_widget
+from .planes import chunk_states, live_controllers
 
 COLUMNS = (
     "t", "hit_ratio", "read_mbs", "q_visible", "q_planned", "q_speculative",
     "in_flight", "p50_ms", "p95_ms",
 )
-STATE_COLOURS = ["#eeeeee", "#ff9900", "#2c7fb8"]  # not loaded, in flight, cached
+# not loaded, in flight, cached, absent (the store lacks the chunk: it reads as the fill value)
+STATE_COLOURS = ["#eeeeee", "#ff9900", "#2c7fb8", "#b39ddb"]
 _ids = itertools.count(1)
 
 
@@ -52,7 +53,7 @@ class StatsPanel:
         self.t0 = time.monotonic()
         self.ticks = 0
         self.last: Any = None
-        self.chunk_counts = np.zeros(3, dtype=np.int64)
+        self.chunk_counts = np.zeros(len(STATE_COLOURS), dtype=np.int64)
         self._window: deque[Any] = deque(maxlen=max(2, int(round(1.0 / self.interval)) + 1))
         self._hit_ratio = float("nan")
         layout = self._figures(width)
@@ -109,7 +110,7 @@ class StatsPanel:
         )
         self.chunk_fig: Any = figure(title="chunk map", width=width, height=width, toolbar_location=None,
                                 x_axis_label="x chunk", y_axis_label="y chunk", match_aspect=True)
-        mapper = LinearColorMapper(palette=STATE_COLOURS, low=0, high=2)
+        mapper = LinearColorMapper(palette=STATE_COLOURS, low=0, high=len(STATE_COLOURS) - 1)
         self.chunk_fig.image("image", "x", "y", "dw", "dh", source=self.chunk_source,
                              color_mapper=mapper)  # type: ignore[call-arg]
         self.figures = [*figs, self.chunk_fig]
@@ -136,9 +137,11 @@ class StatsPanel:
         self.source.stream({k: [float(v)] for k, v in row.items()}, rollover=self.history_length)
         ctl = self._controller()
         if ctl is not None and not ctl.closed:
-            states, window = ctl.chunk_states()
-            counts = np.bincount(states.ravel(), minlength=3)
+            states, window = chunk_states(current_engine(), ctl)  # never starts an engine
+            counts = np.bincount(states.ravel(), minlength=len(STATE_COLOURS))
             title = f"{counts[2]} cached · {counts[1]} in flight · {counts[0]} not loaded"
+            if counts[3]:
+                title += f" · {counts[3]} absent"
             gy0, gy1, gx0, gx1 = window
             self.chunk_source.data = {"image": [states], "x": [gx0], "y": [gy0],
                                       "dw": [gx1 - gx0], "dh": [gy1 - gy0]}

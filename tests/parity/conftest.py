@@ -1,0 +1,63 @@
+"""The parity suite's record of what was compared (its settings are ``_parity.SETTINGS``).
+
+At the end of the session the counts of
+datasets and files compared per format and path go to ``test-artifacts/parity-counts.json``
+(git-ignored) and to the terminal summary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _parity import ABSENT, COUNTS, FILES, SELECTIONS, XARRAY_LAZY_DIVERGES
+
+ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "parity-counts.json"
+
+
+def _report() -> dict:
+    per_path: dict[str, dict[str, int]] = {}
+    for (fmt, path), n in sorted(COUNTS.items()):
+        per_path.setdefault(fmt, {})[path] = n
+    selections: dict[str, dict[str, int]] = {}
+    for (fmt, kind), n in sorted(SELECTIONS.items()):
+        selections.setdefault(fmt, {})[kind] = n
+    return {
+        "compared": per_path,
+        "selections": selections,
+        "files": dict(sorted(FILES.items())),
+        "absent_chunks_read_as_fill": dict(ABSENT),
+        "xarray_lazy_reader_differs_from_numpy": dict(XARRAY_LAZY_DIVERGES),
+        "differences": 0,  # any difference fails the test that found it
+    }
+
+
+def _anything() -> bool:
+    return bool(COUNTS or SELECTIONS or XARRAY_LAZY_DIVERGES)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untyped-def]
+    if not _anything():
+        return
+    report = _report()
+    report["exitstatus"] = int(exitstatus)
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    ARTIFACT.write_text(json.dumps(report, indent=1, sort_keys=True))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if not _anything():
+        return
+    report = _report()
+    terminalreporter.section("tsexplore parity (compared with xarray's own backends)")
+    for fmt, paths in report["compared"].items():
+        line = ", ".join(f"{p} {n}" for p, n in paths.items())
+        terminalreporter.write_line(f"{fmt}: {line}")
+    terminalreporter.write_line(f"isel selections: {report['selections']}")
+    terminalreporter.write_line(f"real files compared: {len(report['files'])}")
+    terminalreporter.write_line(f"absent chunks read as fill values: {report['absent_chunks_read_as_fill']}")
+    terminalreporter.write_line(
+        f"xarray's lazy reader differs from NumPy (tsexplore matches NumPy): "
+        f"{report['xarray_lazy_reader_differs_from_numpy']}"
+    )
+    terminalreporter.write_line(f"written to {ARTIFACT}")

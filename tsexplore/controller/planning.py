@@ -1,0 +1,222 @@
+"""Pure view planning: the view's state -> the read that shows it at screen resolution.
+
+- :class:`PlaneGeometry` (frozen): the array on screen -- its shape, chunk grid and dims, the
+  two dims shown, and the :class:`~tsexplore.resolve.Resolved` selection of the source it is.
+- :class:`ViewState` (frozen): the slider indices, the visible region (in index space) and
+  the screen size in pixels.
+- :func:`resolve` (pure): ``ViewState`` -> :class:`ViewRequest`, the orthogonal key to read
+  (strided so the frame has at most about one sample per screen pixel) composed with the
+  selection into a key on the source, the chunks it touches and the region it covers. When
+  even one sample per pixel would touch more than ``max_chunks`` chunks (a far zoomed-out view
+  of a huge plane, no pyramid), the strides grow until it does not: the frame gets coarser
+  rather than the engine being flooded.
+- :func:`robust_range` and :func:`to_uint8`: the colour range and the 8-bit colour indices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..engine.planning import plan_selection
+from ..errors import ConfigError
+from ..resolve import Resolved
+from ..sources.base import ChunkIndex, ChunkSource
+
+Range = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PlaneGeometry:
+    """The array being shown: its shape, chunk grid and which dims are on screen."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dims: tuple[str, ...]
+    ydim: str
+    xdim: str
+    #: the selection of a source these dims index (None: a source of exactly this shape)
+    selection: Resolved | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.shape) < 2 or len(self.shape) != len(self.dims) != len(self.chunks):
+            raise ConfigError(f"need >= 2 dims with one shape/chunk each, got {self.dims} {self.shape}")
+        for name, d in (("ydim", self.ydim), ("xdim", self.xdim)):
+            if d not in self.dims:
+                raise ConfigError(f"{name}={d!r} is not a dimension; dims are {self.dims}")
+        if self.ydim == self.xdim:
+            raise ConfigError(f"x and y must be different dims, both are {self.xdim!r}")
+
+    @classmethod
+    def of(cls, data: ChunkSource | Resolved, ydim: str, xdim: str) -> PlaneGeometry:
+        """The geometry of a source, or of a selection of one (its chunks as seen through it)."""
+        sel = data if isinstance(data, Resolved) else Resolved.whole(data)
+        return cls(sel.shape, sel.grid()[0], sel.dims, ydim, xdim, sel)
+
+    def source_key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``key`` (in these dims) as a key on the source."""
+        return key if self.selection is None else self.selection.key(key)
+
+    @property
+    def slider_dims(self) -> tuple[str, ...]:
+        return tuple(d for d in self.dims if d not in (self.ydim, self.xdim))
+
+    def axis(self, dim: str) -> int:
+        return self.dims.index(dim)
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """What the user looks at: slider positions, visible region (index space), screen size.
+
+    ``y_range``/``x_range`` are continuous index coordinates: pixel ``i`` covers
+    ``[i - 0.5, i + 0.5)``; ``None`` means the whole axis.
+    """
+
+    indices: tuple[tuple[str, int], ...] = ()
+    y_range: Range | None = None
+    x_range: Range | None = None
+    height: int = 600
+    width: int = 800
+
+    def index(self, dim: str, default: int = 0) -> int:
+        return dict(self.indices).get(dim, default)
+
+    def evolve(self, **changes: Any) -> ViewState:
+        """A copy with ``changes``; ``indices`` may be a partial dict merged into the old one."""
+        if "indices" in changes:
+            merged = dict(self.indices)
+            merged.update({str(k): int(v) for k, v in dict(changes["indices"]).items()})
+            changes["indices"] = tuple(sorted(merged.items()))
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """One frame to read: the key for ``read_selection`` and where the result goes.
+
+    ``key`` is on the source; ``region`` and ``step`` are in the plane's own index space.
+    """
+
+    generation: int
+    state: ViewState
+    key: tuple[Any, ...]
+    region: tuple[tuple[int, int], tuple[int, int]]  # (y0, y1), (x0, x1), half-open indices
+    step: tuple[int, int]  # (sy, sx)
+    chunks: tuple[ChunkIndex, ...] = field(repr=False)
+    transpose: bool = False  # xdim comes before ydim in the source's dims
+
+    @property
+    def out_shape(self) -> tuple[int, int]:
+        (y0, y1), (x0, x1) = self.region
+        return (len(range(y0, y1, self.step[0])), len(range(x0, x1, self.step[1])))
+
+
+def _clip_range(rng: Range | None, n: int) -> tuple[int, int]:
+    if rng is None:
+        return 0, n
+    lo, hi = sorted((float(rng[0]), float(rng[1])))
+    i0 = max(0, min(n - 1, math.floor(lo + 0.5)))
+    i1 = max(i0 + 1, min(n, math.ceil(hi + 0.5)))
+    return i0, i1
+
+
+def _chunks_along(start: int, stop: int, step: int, clen: int) -> int:
+    """How many chunks of length ``clen`` the samples ``range(start, stop, step)`` touch."""
+    n = len(range(start, stop, step))
+    if n == 0:
+        return 0
+    if step >= clen:
+        return n
+    return (start + (n - 1) * step) // clen - start // clen + 1
+
+
+def resolve(
+    state: ViewState, geom: PlaneGeometry, generation: int = 0, *, max_chunks: int = 256
+) -> ViewRequest:
+    """Pure planning: the read that shows ``state`` at screen resolution (no I/O)."""
+    ay, ax = geom.axis(geom.ydim), geom.axis(geom.xdim)
+    ny, nx = geom.shape[ay], geom.shape[ax]
+    (y0, y1), (x0, x1) = _clip_range(state.y_range, ny), _clip_range(state.x_range, nx)
+    sy = max(1, math.ceil((y1 - y0) / max(1, state.height)))
+    sx = max(1, math.ceil((x1 - x0) / max(1, state.width)))
+    cy, cx = geom.chunks[ay], geom.chunks[ax]
+    # coarser when one sample per pixel would touch more than max_chunks chunks
+    while _chunks_along(y0, y1, sy, cy) * _chunks_along(x0, x1, sx, cx) > max(1, max_chunks):
+        if _chunks_along(y0, y1, sy, cy) >= _chunks_along(x0, x1, sx, cx):
+            sy = sy * 2 if sy >= cy else min(cy, sy * 2)
+        else:
+            sx = sx * 2 if sx >= cx else min(cx, sx * 2)
+    key: list[Any] = []
+    for axis, dim in enumerate(geom.dims):
+        if axis == ay:
+            key.append(slice(y0, y1, sy))
+        elif axis == ax:
+            key.append(slice(x0, x1, sx))
+        else:
+            i = state.index(dim)
+            if not 0 <= i < geom.shape[axis]:
+                raise ConfigError(f"index {i} of {dim!r} is outside 0..{geom.shape[axis] - 1}")
+            key.append(i)
+    source_key = geom.source_key(tuple(key))
+    if geom.selection is None:
+        plan = plan_selection(source_key, geom.shape, geom.chunks)
+    else:
+        src = geom.selection.source
+        plan = plan_selection(source_key, src.shape, src.chunks)
+    return ViewRequest(
+        generation=generation,
+        state=state,
+        key=source_key,
+        region=((y0, y1), (x0, x1)),
+        step=(sy, sx),
+        chunks=tuple(plan.chunk_indices()),
+        transpose=ax < ay,
+    )
+
+
+# -- colour: pure NumPy, run on the view thread -------------------------------------------
+
+
+def robust_range(data: np.ndarray, percentiles: tuple[float, float] = (2.0, 98.0)) -> Range:
+    """Percentiles of the finite values of ``data`` (subsampled to <= 65536 values)."""
+    flat = np.asarray(data).ravel()
+    if flat.size > 65536:
+        flat = flat[:: flat.size // 65536]
+    flat = flat[np.isfinite(flat)]
+    if flat.size == 0:
+        return (0.0, 1.0)
+    lo, hi = (float(v) for v in np.percentile(flat, percentiles))
+    if hi <= lo:
+        hi = lo + (abs(lo) * 1e-6 or 1.0)
+    return (lo, hi)
+
+
+def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
+    """Map ``data`` to colour indices 1..255 over ``clim``; NaN (and inf) becomes 0."""
+    lo, hi = float(clim[0]), float(clim[1])
+    scale = 254.0 / (hi - lo) if hi > lo else 0.0
+    x = (np.asarray(data, dtype=np.float32) - np.float32(lo)) * np.float32(scale)
+    bad = ~np.isfinite(x)
+    np.clip(x, 0, 254, out=x)
+    x[bad] = -1
+    out = (x + 1.5).astype(np.uint8)
+    return out
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A finished frame: the data on screen (row = y index ascending) and its colour image."""
+
+    request: ViewRequest
+    data: np.ndarray = field(repr=False)
+    image: np.ndarray = field(repr=False)  # uint8, same shape as data, 0 = NaN
+    clim: Range
+    elapsed: float  # seconds from issuing the read to the finished image
+
+    @property
+    def generation(self) -> int:
+        return self.request.generation

@@ -1,0 +1,376 @@
+"""The view controller: view changes -> engine reads, "latest wins", pushed to a :class:`View`.
+
+As in ndv's ``ArrayViewer``, the controller owns the request cycle and talks to its view
+through a small interface (:class:`View`), so it is tested headless with a mock view. It is
+given the engine it reads through (it never starts one).
+
+Every :meth:`ViewController.update` makes a new generation and returns at once (the kernel is
+never blocked by I/O). One background thread (``tsexplore-view-*``) keeps at most ONE read in
+flight; when it completes, the newest pending request is taken and every one in between is
+dropped. A newer generation cancels the queued chunk reads of the older one in the engine
+(:meth:`~tsexplore.engine.Engine.cancel`), and a frame is only delivered when it is newer than
+the last one delivered. Profiles (:meth:`ViewController.profile_at`) follow the same rule: a
+newer click stops the older stream, and only the newest profile reaches the view.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..engine import Engine
+from ..engine.array import read_selection
+from ..errors import ConfigError, RequestCancelledError, TsExploreError
+from ..resolve import Resolved
+from ..sources.base import ChunkSource
+from .planning import (
+    Frame,
+    PlaneGeometry,
+    Range,
+    ViewRequest,
+    ViewState,
+    resolve,
+    robust_range,
+    to_uint8,
+)
+from .profile import Profile, stream_profile
+
+#: seconds between two partial profiles sent to the view while one streams
+PROFILE_INTERVAL = 0.2
+
+
+class View(Protocol):
+    """What the controller tells its view. Called on the controller's own threads."""
+
+    def show_frame(self, frame: Frame) -> None:
+        """A new frame, newer than every one shown before."""
+
+    def show_error(self, exc: BaseException) -> None:
+        """A read failed (the controller keeps running)."""
+
+    def show_profile(self, profile: Profile) -> None:
+        """The newest profile so far (``profile.done`` once complete)."""
+
+
+_ids = itertools.count(1)
+
+
+class ViewController:
+    """Turns view changes into engine reads: one read in flight, newest request wins.
+
+    ``source`` is a :class:`~tsexplore.sources.ChunkSource` or a
+    :class:`~tsexplore.resolve.Resolved` selection of one; ``geometry`` the plane it shows.
+    The ``view`` (optional) is told of every delivered frame (in increasing generation
+    order), every failed read and every profile. Use as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        source: ChunkSource | Resolved,
+        geometry: PlaneGeometry,
+        *,
+        engine: Engine,
+        view: View | None = None,
+        state: ViewState | None = None,
+        max_chunks: int = 256,
+        clim: Range | None = None,
+        percentiles: tuple[float, float] = (2.0, 98.0),
+        timeout: float | None = None,
+        cancel_after: float = 0.1,
+    ) -> None:
+        if max_chunks < 1:
+            raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
+        self.selection = source if isinstance(source, Resolved) else Resolved.whole(source)
+        if geometry.shape != self.selection.shape:
+            raise ConfigError(
+                f"the geometry's shape {geometry.shape} is not the selection's {self.selection.shape}"
+            )
+        self.id = next(_ids)
+        self.source = self.selection.source
+        self.geometry = geometry if geometry.selection is not None else replace(geometry, selection=self.selection)
+        self.engine = engine
+        self.view = view
+        self.channel = f"explorer-{self.id}"
+        self.max_chunks = int(max_chunks)
+        self.clim = clim
+        self.percentiles = percentiles
+        self.timeout = timeout
+        self.cancel_after = float(cancel_after)
+        self._issued_at = 0.0
+        self._cancel_timer: threading.Timer | None = None
+        self._cond = threading.Condition()
+        self._state = state or ViewState()
+        resolve(self._state, self.geometry, 0, max_chunks=self.max_chunks)  # validate early
+        self._generation = 0
+        self._pending: ViewRequest | None = None
+        self._outstanding: ViewRequest | None = None
+        self._delivered = -1
+        self._frame: Frame | None = None
+        self._pinned: list[Any] = []
+        self._profile_gen = 0
+        self.profile_thread: threading.Thread | None = None
+        self._closed = False
+        #: counters: updates received, slab reads issued, frames delivered, cancelled, errors
+        self.counts = dict.fromkeys(("updates", "reads", "frames", "cancelled", "errors"), 0)
+        self.last_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tsexplore-view-{self.id}", daemon=True)
+        self._thread.start()
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def state(self) -> ViewState:
+        return self._state
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def frame(self) -> Frame | None:
+        """The newest delivered frame."""
+        return self._frame
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def profile_generation(self) -> int:
+        """The newest profile asked for (only it reaches the view)."""
+        return self._profile_gen
+
+    def request(self) -> ViewRequest:
+        """The read that shows the current state (pure; nothing is read)."""
+        return resolve(self._state, self.geometry, self._generation, max_chunks=self.max_chunks)
+
+    def update(self, **changes: Any) -> int:
+        """Change the view (``indices={dim: i}``, ranges, size); returns the new generation.
+
+        Never waits for I/O. The read starts when the one in flight (if any) completes; any
+        request still pending then is replaced by this newer one.
+        """
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        with self._cond:
+            state = self._state.evolve(**changes)
+            self._generation += 1
+            gen = self._generation
+            request = resolve(state, self.geometry, gen, max_chunks=self.max_chunks)
+            self._state = state
+            self._pending = request
+            self.counts["updates"] += 1
+            self._cond.notify_all()
+        self._cancel_stale()
+        return gen
+
+    def _cancel_stale(self) -> None:
+        """Cancel the queued chunk reads of the read in flight when a newer request waits.
+
+        A read gets ``cancel_after`` seconds first, so that fast scrubbing still paints
+        frames instead of cancelling every read the moment it starts; after that its queued
+        chunks are dropped by the engine (running ones finish and fill the cache).
+        """
+        with self._cond:
+            if self._outstanding is None or self._pending is None or self._closed:
+                return
+            gen = self._generation
+            wait = self._issued_at + self.cancel_after - time.monotonic()
+            if wait > 0:
+                if self._cancel_timer is None:
+                    timer = threading.Timer(wait, self._fire_cancel_timer)
+                    timer.name = f"tsexplore-view-{self.id}-cancel"
+                    timer.daemon = True
+                    self._cancel_timer = timer
+                    timer.start()
+                return
+        self.engine.cancel(self.channel, gen)
+
+    def _fire_cancel_timer(self) -> None:
+        with self._cond:
+            self._cancel_timer = None
+        self._cancel_stale()
+
+    def refresh(self) -> int:
+        """Read the current view again (e.g. after a colour change)."""
+        return self.update()
+
+    def wait(self, generation: int | None = None, timeout: float = 30.0) -> Frame:
+        """Block until a frame of ``generation`` (default: the newest) or newer is delivered."""
+        want = self._generation if generation is None else generation
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._delivered < want:
+                if self._closed:
+                    raise TsExploreError("the view controller was closed while waiting")
+                if self.last_error is not None and self._pending is None and self._outstanding is None:
+                    raise self.last_error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"no frame of generation {want} within {timeout} s "
+                        f"(last delivered: {self._delivered})"
+                    )
+                self._cond.wait(min(left, 0.1))
+            assert self._frame is not None
+            return self._frame
+
+    # -- the view thread -------------------------------------------------------------------
+    def _next_request(self) -> ViewRequest | None:
+        with self._cond:
+            while self._pending is None and not self._closed:
+                self._cond.wait(0.5)
+            if self._closed:
+                return None
+            request = self._pending
+            self._pending = None
+            self._outstanding = request
+            self._issued_at = time.monotonic()
+            self.counts["reads"] += 1
+            return request
+
+    def _run(self) -> None:
+        while (request := self._next_request()) is not None:
+            try:
+                frame = self._read(request)
+            except RequestCancelledError:
+                with self._cond:
+                    self.counts["cancelled"] += 1
+                    self._outstanding = None
+                continue
+            except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+                with self._cond:
+                    self.counts["errors"] += 1
+                    self.last_error = exc
+                    self._outstanding = None
+                    self._cond.notify_all()
+                if self.view is not None and not self._closed:
+                    self.view.show_error(exc)
+                continue
+            self._deliver(request, frame)
+
+    def _deliver(self, request: ViewRequest, frame: Frame) -> None:
+        with self._cond:
+            self._outstanding = None
+            fresh = frame.generation > self._delivered and not self._closed
+            if fresh:
+                self._delivered = frame.generation
+                self._frame = frame
+                self.counts["frames"] += 1
+                self.last_error = None
+            self._cond.notify_all()
+        if fresh:
+            self._pin(request)
+            if self.view is not None:
+                try:
+                    self.view.show_frame(frame)
+                except Exception as exc:  # noqa: BLE001 - a view bug must not kill the thread
+                    self.last_error = exc
+
+    def _read(self, request: ViewRequest) -> Frame:
+        t0 = time.perf_counter()
+        data = read_selection(
+            self.source,
+            request.key,
+            channel=self.channel,
+            generation=request.generation,
+            timeout=self.timeout,
+            engine=self.engine,
+        )
+        if request.transpose:
+            data = data.T
+        clim = self.clim if self.clim is not None else robust_range(data, self.percentiles)
+        image = to_uint8(data, clim)
+        return Frame(request, data, image, clim, time.perf_counter() - t0)
+
+    def _pin(self, request: ViewRequest) -> None:
+        keys = [self.engine.key(self.source, idx) for idx in request.chunks]
+        self.engine.cache.pin(keys)
+        old, self._pinned = self._pinned, keys
+        if old:
+            self.engine.cache.unpin(old)
+
+    # -- profile along a dim ---------------------------------------------------------------
+    def profile_at(self, point: Mapping[str, int], dim: str) -> threading.Thread:
+        """Stream the profile along ``dim`` through ``point`` (indices of the other dims).
+
+        Returns the thread that streams it. A newer call stops this one; the view gets a
+        partial :class:`Profile` at most every ``PROFILE_INTERVAL`` seconds and the complete
+        one at the end, unless a newer profile was asked for meanwhile.
+        """
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        with self._cond:
+            self._profile_gen += 1
+            gen = self._profile_gen
+        where = tuple(sorted((str(k), int(v)) for k, v in point.items()))
+        thread = threading.Thread(
+            target=self._stream_profile, args=(gen, dict(where), dim),
+            name=f"tsexplore-profile-{self.id}", daemon=True,
+        )
+        self.profile_thread = thread
+        thread.start()
+        return thread
+
+    def _stream_profile(self, gen: int, point: dict[str, int], dim: str) -> None:
+        def stale() -> bool:
+            return gen != self._profile_gen or self._closed
+
+        last, values, filled = 0.0, None, 0
+        try:
+            for values, filled in stream_profile(
+                self.source, self.geometry, point, dim, engine=self.engine, cancelled=stale,
+                timeout=self.timeout,
+            ):
+                if time.monotonic() - last > PROFILE_INTERVAL:
+                    last = time.monotonic()
+                    self._show_profile(Profile(gen, dim, tuple(point.items()), values.copy(), filled, False))
+        except TsExploreError as exc:
+            if self.view is not None and not stale():
+                self.view.show_error(exc)
+            return
+        if values is not None and not stale():
+            self._show_profile(Profile(gen, dim, tuple(point.items()), values.copy(), filled, True))
+
+    def _show_profile(self, profile: Profile) -> None:
+        if self.view is not None and profile.generation == self._profile_gen:
+            self.view.show_profile(profile)
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the view and profile threads, cancel queued reads, unpin the chunks on screen."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._pending = None
+            timer, self._cancel_timer = self._cancel_timer, None
+            self._cond.notify_all()
+        if timer is not None:
+            timer.cancel()
+        if not self.engine.closed:
+            self.engine.cancel(self.channel)
+        for thread in (self._thread, self.profile_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
+        if self._pinned:
+            self.engine.cache.unpin(self._pinned)
+            self._pinned = []
+
+    def __enter__(self) -> ViewController:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (
+            f"<ViewController {self.channel} gen={self._generation} delivered={self._delivered} "
+            f"updates={c['updates']} reads={c['reads']} frames={c['frames']} "
+            f"cancelled={c['cancelled']} errors={c['errors']}>"
+        )

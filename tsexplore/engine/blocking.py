@@ -1,0 +1,113 @@
+"""The blocking helpers: wait for chunk reads from an ordinary thread, always with a timeout.
+
+:func:`wait_all` waits for futures the scheduler handed out. :class:`BlockingReads` gives the
+engine ``fetch`` (these chunks, now) and ``stream`` (this order, with PLANNED reads kept in
+flight ahead of the consumer, on :func:`~tsexplore.engine.lookahead.look_ahead`). Called on
+one of the engine's own read threads (a source that reads engine data), both read inline
+instead of queueing behind themselves.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from ..errors import ReadTimeoutError
+from ..sources.base import ChunkIndex, ChunkSource
+from .lookahead import look_ahead
+from .loop import on_read_thread
+from .types import Priority
+
+
+def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list[np.ndarray]:
+    """Wait for every future (bounded by ``timeout``) and return their results in order."""
+    if len(futures) == 1 and futures[0].done():
+        return [futures[0].result()]
+    timeout = config.get().wait_timeout if timeout is None else timeout
+    done, not_done = cf.wait(futures, timeout, return_when=cf.FIRST_EXCEPTION)
+    for fut in futures:
+        if fut in done and not fut.cancelled() and fut.exception() is not None:
+            raise fut.exception()  # type: ignore[misc]
+    if not_done:
+        raise ReadTimeoutError(
+            f"{len(not_done)} of {len(futures)} chunk reads did not finish within {timeout} s; "
+            "raise tse.config.set(wait_timeout=...) or check the store"
+        )
+    return [f.result() for f in futures]
+
+
+class BlockingReads:
+    """``fetch`` and ``stream`` for an engine (mixed into :class:`~tsexplore.engine.Engine`)."""
+
+    # provided by the engine
+    request: Any
+    read_inline: Any
+    advise: Any
+    check_blocking_allowed: Any
+    cache: Any
+    _io_threads: int
+
+    def fetch(
+        self,
+        source: ChunkSource,
+        indices: Sequence[ChunkIndex],
+        priority: Priority = Priority.VISIBLE,
+        *,
+        timeout: float | None = None,
+        channel: str | None = None,
+        generation: int | None = None,
+    ) -> list[np.ndarray]:
+        """Request chunks and wait for all of them (raising the first error)."""
+        self.check_blocking_allowed()
+        if on_read_thread():
+            return [self.read_inline(source, i) for i in indices]
+        futures = self.request(source, indices, priority, channel=channel, generation=generation)
+        return wait_all(futures, timeout)
+
+    def stream_ahead(self, source: ChunkSource) -> int:
+        """Reads a stream keeps in flight: enough to keep the I/O pipe full, without letting
+        in-flight chunks exceed a quarter of the cache budget."""
+        per = max(1, source.chunk_nbytes())
+        limit = max(2, self.cache.budget // 4 // per)
+        want = max(2 * self._io_threads, self.concurrency("async") if source.is_async else 0)  # type: ignore[attr-defined]
+        return int(max(2, min(want, limit)))
+
+    def stream(
+        self,
+        source: ChunkSource,
+        order: Iterable[ChunkIndex],
+        *,
+        ahead: int | None = None,
+        timeout: float | None = None,
+        cache: bool = True,
+    ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
+        """Yield ``(index, chunk)`` in ``order``, keeping up to ``ahead`` PLANNED reads in flight.
+
+        ``ahead`` defaults to :meth:`stream_ahead`. This is how reductions and loaders
+        announce their plan to the engine; the chunks after the reads in flight are hinted to
+        the source. ``cache=False``: a one-pass scan; chunks read for it are not kept in the
+        cache (chunks already cached are still used).
+        """
+        self.check_blocking_allowed()
+        indices = (tuple(int(i) for i in index) for index in order)
+        if on_read_thread():
+            for index in indices:
+                yield index, self.read_inline(source, index)
+            return
+
+        def issue(index: ChunkIndex) -> cf.Future:
+            return self.request(source, [index], Priority.PLANNED, cache=cache)[0]  # type: ignore[no-any-return]
+
+        def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
+            return wait_all([fut], timeout)[0]
+
+        # reads still in flight when the consumer stops finish and fill the cache; their
+        # futures are shared (another request may have joined them), so none is cancelled
+        yield from look_ahead(
+            indices, issue, wait, ahead=ahead or self.stream_ahead(source),
+            hint=lambda batch: self.advise(source, batch),
+        )

@@ -1,0 +1,133 @@
+"""The checked read: the one path every chunk read takes, scheduled or inline.
+
+:class:`CheckedReader` reads one chunk from its source and then, always in this order:
+fills a chunk the store lacks when the source was opened with ``missing="fill"`` (counted as
+``missing_filled``), checks the chunk's shape against the grid, casts it to the source's
+dtype, wraps any failure in a :class:`~tsexplore.errors.ChunkReadError` that names the
+source and the chunk (counted as ``errors``), and records the read's bytes and latency
+(``reads``, the latency histogram and the per-kind moving average the scheduler sizes its
+concurrency with). Retries a source reports (``count_retry``) are counted as ``retries``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+
+from ..errors import ChunkReadError, MissingChunkError, TsExploreError
+from ..sources.base import ChunkIndex, ChunkSource, SyncChunkSource, retry_counter
+from .absent import AbsentChunks
+from .stats import Stats
+
+#: starting guess of one read's latency, per kind, before any was measured
+FIRST_LATENCY = 0.005
+
+
+class CheckedReader:
+    """Reads chunks with the checks, fills and counters every read must have."""
+
+    def __init__(self, stats: Stats, absent: AbsentChunks) -> None:
+        self.stats = stats
+        #: the chunks read as fill values because the store lacks them (for the chunk map)
+        self.absent = absent
+        #: moving average of one read's seconds, per kind ("sync" threads, "async" loop)
+        self.latency = {"sync": FIRST_LATENCY, "async": FIRST_LATENCY}
+
+    def _count_retry(self) -> None:
+        self.stats.count("retries")
+
+    async def read(self, source: ChunkSource, index: ChunkIndex) -> np.ndarray:
+        """Read chunk ``index`` on the I/O loop (awaiting the source; sync sources thread)."""
+        retry_counter.set(self._count_retry)  # this task's context only
+        t0 = time.perf_counter()
+        self.stats.count("reads")
+        try:
+            try:
+                array, encoded = await source.read_chunk_counted(index)
+            except MissingChunkError as exc:
+                array, encoded = self._fill(source, index, exc)
+            array = _checked(source, index, array)
+        except Exception as exc:  # noqa: BLE001 - every failure goes to the waiter, wrapped
+            raise self._failed(source, index, exc) from exc
+        self._record(source, t0, encoded, array)
+        return array
+
+    def read_here(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> np.ndarray:
+        """Read chunk ``index`` in the calling thread (a read nested in another read).
+
+        Blocking sources are read right here; asynchronous ones on the I/O loop through
+        ``run_coroutine`` (the caller is a read thread, never the loop's).
+        """
+        token = retry_counter.set(self._count_retry)
+        t0 = time.perf_counter()
+        self.stats.count("reads")
+        try:
+            try:
+                if isinstance(source, SyncChunkSource):
+                    array, encoded = source.read_chunk_sync(tuple(index))
+                else:
+                    array, encoded = run_coroutine(source.read_chunk_counted(tuple(index)))
+            except MissingChunkError as exc:
+                array, encoded = self._fill(source, index, exc)
+            array = _checked(source, index, array)
+        except Exception as exc:  # noqa: BLE001 - wrapped like a scheduled read's
+            raise self._failed(source, index, exc) from exc
+        finally:
+            retry_counter.reset(token)
+        self._record(source, t0, encoded, array)
+        return array
+
+    # -- the common steps --------------------------------------------------------------------
+    def _fill(
+        self, source: ChunkSource, index: ChunkIndex, exc: MissingChunkError
+    ) -> tuple[np.ndarray, int]:
+        """A missing chunk: the fill value when the source allows it, else the error."""
+        if source.options.missing != "fill":
+            raise exc
+        self.stats.count("missing_filled")
+        self.absent.add(source.token, tuple(index))
+        return source.fill_chunk(index), 0
+
+    def _failed(self, source: ChunkSource, index: ChunkIndex, exc: Exception) -> TsExploreError:
+        self.stats.count("errors")
+        if isinstance(exc, TsExploreError):
+            return exc
+        return ChunkReadError(
+            f"reading chunk {tuple(index)} of {source!r} failed: {exc!r}",
+            source=source.token,
+            index=tuple(index),
+        )
+
+    def _record(self, source: ChunkSource, t0: float, encoded: int, array: np.ndarray) -> None:
+        elapsed = time.perf_counter() - t0
+        kind = "async" if source.is_async else "sync"
+        self.latency[kind] = 0.8 * self.latency[kind] + 0.2 * elapsed
+        self.stats.record_read(encoded, array.nbytes, elapsed)
+
+    def slab_latency(self, source: ChunkSource, nchunks: int, concurrency: int) -> float:
+        """Expected seconds to read ``nchunks`` chunks of ``source`` ``concurrency`` at a time."""
+        kind = "async" if source.is_async else "sync"
+        return self.latency[kind] * math.ceil(nchunks / max(1, concurrency))
+
+
+def _checked(source: ChunkSource, index: ChunkIndex, array: np.ndarray) -> np.ndarray:
+    """``array`` as chunk ``index`` of ``source`` must be: the grid's shape, the source's dtype."""
+    expected = source.chunk_shape(index)
+    if array.shape != expected:
+        raise ChunkReadError(
+            f"{source!r} returned shape {array.shape} for chunk {tuple(index)}, expected {expected}",
+            source=source.token,
+            index=tuple(index),
+        )
+    if array.dtype != source.dtype:
+        array = array.astype(source.dtype)
+    return array

@@ -1,0 +1,65 @@
+"""One look-ahead loop for every reader that knows its order in advance.
+
+``look_ahead(items, issue, wait, ahead=n, hint=...)`` yields ``(item, wait(item, handle))``
+in order while it keeps ``n`` items issued ahead of the consumer and hints the next ``2 n``
+(issued ones included) so that a disk can start on them early: *hint 2 x ahead, issue
+ahead, wait on the head*. ``Engine.stream``, the loader's block reads and the reductions'
+local reads all run on it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
+H = TypeVar("H")
+R = TypeVar("R")
+
+
+def look_ahead(
+    items: Iterable[T],
+    issue: Callable[[T], H],
+    wait: Callable[[T, H], R],
+    *,
+    ahead: int,
+    hint: Callable[[list[T]], None] | None = None,
+    abandon: Callable[[H], object] | None = None,
+) -> Generator[tuple[T, R], None, None]:
+    """Yield ``(item, wait(item, issue(item)))`` for each item, ``ahead`` issued in advance.
+
+    ``hint(batch)`` is called with items not hinted before, up to ``2 * ahead`` past the
+    head. When the consumer stops early, ``abandon(handle)`` is called for every handle
+    issued but not waited on.
+    """
+    ahead = max(1, int(ahead))
+    pending: deque[tuple[T, H]] = deque()
+    hinted: deque[T] = deque()
+    it = iter(items)
+    exhausted = False
+    try:
+        while True:
+            fresh: list[T] = []
+            while not exhausted and len(pending) + len(hinted) < 2 * ahead:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                hinted.append(item)
+                fresh.append(item)
+            if fresh and hint is not None:
+                hint(fresh)
+            while hinted and len(pending) < ahead:
+                item = hinted.popleft()
+                pending.append((item, issue(item)))
+            if not pending:
+                return
+            item, handle = pending.popleft()
+            yield item, wait(item, handle)
+    finally:
+        if abandon is not None:
+            for _, handle in pending:
+                abandon(handle)
+        pending.clear()

@@ -1,0 +1,276 @@
+"""The read table: chunk reads queued or running, de-duplicated, in priority order.
+
+One :class:`Read` per chunk key in flight. A request for a chunk already queued or running
+*joins* that read (it may raise its priority); otherwise a new read is queued on a heap
+ordered by (priority, arrival). Each read remembers who waits for it: ``(channel,
+generation)`` owners and anonymous waiters. When a channel moves to a newer generation, queued
+reads that only its older generations wanted are cancelled (PLANNED reads never are).
+Everything here runs under one lock and does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import heapq
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import RequestCancelledError
+from ..sources.base import ChunkIndex, ChunkSource
+from .types import ChunkKey, Priority
+
+KINDS = ("sync", "async")
+#: seconds the prefetch runs at full speed after a reader caught up with it
+CATCH_UP_SECONDS = 2.0
+
+Owner = tuple[str, int]
+
+
+@dataclass(eq=False)
+class Read:
+    """One chunk read, queued or running, and who waits for it."""
+
+    key: ChunkKey
+    source: ChunkSource
+    index: ChunkIndex
+    priority: Priority
+    future: cf.Future = field(default_factory=cf.Future)
+    owners: set[Owner] = field(default_factory=set)
+    anonymous: int = 0  # requests without a channel: someone waits, never cancelled
+    state: str = "queued"  # queued | running | done | cancelled
+    task: asyncio.Task | None = None
+    speculative_slot: bool = False  # holds one of the prefetch slots while running
+    keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
+    prefetch_only: bool = False  # only the prefetcher wants it kept so far
+
+    @property
+    def kind(self) -> str:
+        return "async" if self.source.is_async else "sync"
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one request did, for the statistics."""
+
+    hits: int = 0
+    misses: int = 0
+    joined: int = 0
+    prefetch_reads: int = 0
+    prefetch_used: int = 0
+    new: int = 0
+
+    def items(self) -> list[tuple[str, int]]:
+        """The counters that moved, by their statistics names."""
+        pairs = (
+            ("hits", self.hits), ("misses", self.misses), ("joined", self.joined),
+            ("prefetch_reads", self.prefetch_reads), ("prefetch_used", self.prefetch_used),
+        )
+        return [(name, n) for name, n in pairs if n]
+
+
+class ReadTable:
+    """Reads in flight by key, a priority heap, channel generations and running counts."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._reads: dict[ChunkKey, Read] = {}
+        self._heap: list[tuple[int, int, Read]] = []
+        self._seq = itertools.count()
+        self._generations: dict[str, int] = {}
+        #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
+        self.prefetched: set[ChunkKey] = set()
+        self.running = dict.fromkeys(KINDS, 0)
+        self.spec_running = dict.fromkeys(KINDS, 0)
+        #: until then the reader is catching up with the prefetch (it may run at full speed)
+        self.catching_up_until = 0.0
+
+    # -- generations -------------------------------------------------------------------------
+    def owner(self, channel: str | None, generation: int | None) -> tuple[Owner | None, int]:
+        """The owner of a request; a newer generation cancels older queued reads.
+
+        Returns ``(owner, cancelled)``.
+        """
+        if channel is None:
+            return None, 0
+        with self.lock:
+            now = self._generations.get(channel, -1)
+            gen = now if generation is None else generation
+            cancelled = 0
+            if gen > now:
+                self._generations[channel] = gen
+                cancelled = self._cancel_older_locked(channel, gen)
+            return (channel, gen), cancelled
+
+    def cancel(self, channel: str, generation: int | None = None) -> int:
+        """Move ``channel`` to ``generation`` (default: past every one so far); cancel the rest."""
+        with self.lock:
+            now = self._generations.get(channel, -1)
+            gen = now + 1 if generation is None else generation
+            if gen <= now:
+                return 0
+            self._generations[channel] = gen
+            return self._cancel_older_locked(channel, gen)
+
+    def _cancel_older_locked(self, channel: str, generation: int) -> int:
+        cancelled = 0
+        for read in list(self._reads.values()):
+            if read.state != "queued" or not read.owners:
+                continue
+            stale = {o for o in read.owners if o[0] == channel and o[1] < generation}
+            if not stale:
+                continue
+            read.owners -= stale
+            if not read.owners and read.anonymous == 0 and read.priority != Priority.PLANNED:
+                self._drop_locked(read, RequestCancelledError(f"chunk {read.index} superseded by a newer view"))
+                cancelled += 1
+        return cancelled
+
+    def _drop_locked(self, read: Read, exc: BaseException) -> None:
+        read.state = "cancelled"
+        del self._reads[read.key]
+        self.prefetched.discard(read.key)
+        if not read.future.done():
+            read.future.set_exception(exc)
+
+    # -- admitting requests ------------------------------------------------------------------
+    def admit(
+        self,
+        source: ChunkSource,
+        keys: list[ChunkKey],
+        priority: Priority,
+        owner: Owner | None,
+        cache: bool,
+        tally: Tally,
+    ) -> dict[ChunkKey, Read]:
+        """The read of each key: joined when in flight, else queued anew."""
+        waiting = priority is not Priority.SPECULATIVE
+        reads: dict[ChunkKey, Read] = {}
+        with self.lock:
+            for key in keys:
+                read = self._reads.get(key)
+                if read is not None and read.state in ("queued", "running"):
+                    self._join_locked(read, key, priority, cache, tally)
+                else:
+                    read = self._queue_locked(source, key, priority, cache, tally)
+                if owner is not None:
+                    read.owners.add(owner)
+                elif waiting:
+                    read.anonymous += 1
+                reads[key] = read
+        return reads
+
+    def _join_locked(self, read: Read, key: ChunkKey, priority: Priority, cache: bool, tally: Tally) -> None:
+        if priority is not Priority.SPECULATIVE:  # (the prefetcher asking again changes nothing)
+            if cache:
+                read.keep, read.prefetch_only = True, False
+            elif read.prefetch_only:
+                read.keep = False  # read ahead for this one-pass reader only
+            if read.priority is Priority.SPECULATIVE:
+                self.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+            tally.joined += 1
+            if key in self.prefetched:
+                self.prefetched.discard(key)
+                tally.prefetch_used += 1
+        if priority < read.priority:
+            read.priority = priority
+            if read.state == "queued":
+                heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+
+    def _queue_locked(
+        self, source: ChunkSource, key: ChunkKey, priority: Priority, cache: bool, tally: Tally
+    ) -> Read:
+        read = Read(key, source, key[1], priority)
+        read.keep = cache
+        read.prefetch_only = priority is Priority.SPECULATIVE
+        self._reads[key] = read
+        heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+        tally.new += 1
+        if priority is Priority.VISIBLE:
+            tally.misses += 1
+        else:
+            tally.prefetch_reads += 1
+            if priority is Priority.SPECULATIVE:
+                self.prefetched.add(key)
+        return read
+
+    def take_prefetched(self, key: ChunkKey) -> bool:
+        """Whether ``key`` was read ahead and is now used (counted once)."""
+        if key not in self.prefetched:
+            return False
+        with self.lock:
+            if key not in self.prefetched:
+                return False
+            self.prefetched.discard(key)
+            return True
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[Read]:
+        """Pop the reads that may start now (highest priority first) and mark them running."""
+        out: list[Read] = []
+        with self.lock:
+            deferred = []
+            while self._heap:
+                full = {k for k in KINDS if self.running[k] >= limit[k]}
+                if len(full) == len(KINDS):
+                    break
+                prio, seq, read = heapq.heappop(self._heap)
+                if read.state != "queued" or prio != int(read.priority):
+                    continue  # cancelled, or queued again at a higher priority
+                kind = read.kind
+                speculative = read.priority is Priority.SPECULATIVE
+                if kind in full or (speculative and self.spec_running[kind] >= spec_limit[kind]):
+                    deferred.append((prio, seq, read))
+                    if speculative and all(
+                        k in full or self.spec_running[k] >= spec_limit[k] for k in KINDS
+                    ):
+                        break  # the heap is ordered: only prefetch reads remain
+                    continue
+                read.state = "running"
+                self.running[kind] += 1
+                if speculative:
+                    read.speculative_slot = True
+                    self.spec_running[kind] += 1
+                out.append(read)
+            for item in deferred:
+                heapq.heappush(self._heap, item)
+        return out
+
+    def finish(self, read: Read) -> None:
+        """A running read ended: free its slot and forget it."""
+        kind = read.kind
+        with self.lock:
+            self.running[kind] -= 1
+            if read.speculative_slot:
+                self.spec_running[kind] -= 1
+                read.speculative_slot = False
+            if self._reads.get(read.key) is read:
+                del self._reads[read.key]
+            read.state = "done"
+
+    # -- introspection and shutdown ----------------------------------------------------------
+    def queued(self) -> dict[str, int]:
+        counts = {p.name.lower(): 0 for p in Priority}
+        with self.lock:
+            for read in self._reads.values():
+                if read.state == "queued":
+                    counts[read.priority.name.lower()] += 1
+        return counts
+
+    def in_flight_keys(self) -> set[ChunkKey]:
+        with self.lock:
+            return {k for k, r in self._reads.items() if r.state in ("queued", "running")}
+
+    def running_total(self) -> int:
+        with self.lock:
+            return sum(self.running.values())
+
+    def clear(self) -> list[Read]:
+        """Forget every read (the engine closes); returns them."""
+        with self.lock:
+            reads = list(self._reads.values())
+            self._reads.clear()
+            self._heap.clear()
+        return reads

@@ -1,0 +1,337 @@
+"""The image canvas: an anywidget that paints ``uint8`` colour-index frames in the browser.
+
+The kernel sends each frame as one binary buffer at screen resolution (one byte per pixel,
+0 = NaN, or a lossless PNG/WebP when the link is slow) with the part of the array it covers
+(``extent``: edges in index coordinates, pixel ``i`` spans ``[i - 0.5, i + 0.5]``) and the
+range its values were quantised over. The browser applies the 256-colour table, so colormap
+and display-range changes (``cmap``, ``clim``) repaint without a kernel round trip. At most
+one frame is in flight: the browser acks each frame and the newest waiting one goes out on the
+ack (:class:`~tsexplore.ui._frames.FrameFlow`). Pan and zoom move the picture in the browser at
+once and report the new region (``viewport``); a click reports a pixel; an optional slider
+with a play button lives in the browser too (``slider``). The JavaScript is
+``static/canvas.js`` (no build step, nothing fetched from a CDN).
+
+>>> canvas = ImageCanvas(shape=(ny, nx))
+>>> canvas.show_plane(data)                      # colour-mapped over its 2-98 % range
+>>> canvas.observe(lambda ch: print(ch["new"]), "viewport")
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import numpy as np
+import traitlets as t
+
+from ..errors import ConfigError
+from ._axes import AxisMap
+from ._frames import (
+    ENCODINGS,
+    CodecCosts,
+    EncodedFrame,
+    Extent,
+    FrameFlow,
+    Range,
+    choose_encoding,
+    encode_indices,
+    to_indices,
+)
+from ._kernel import Dispatcher
+
+STATIC = Path(__file__).parent / "static"
+CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
+NAN_RGBA = (217, 217, 217, 255)
+MODES = ("replace", "tile", "base")
+#: the largest coordinate label list sent for a non-uniform axis (readouts and ticks)
+MAX_LABELS = 20_000
+
+
+def palette_rgba(name: str) -> np.ndarray:
+    """A (256, 4) ``uint8`` RGBA table: index 0 for NaN, 1..255 along colormap ``name``."""
+    from holoviews.plotting.util import process_cmap
+
+    colours = process_cmap(name, 255)
+    out = np.empty((256, 4), np.uint8)
+    out[0] = NAN_RGBA
+    for i, c in enumerate(colours, start=1):
+        c = c.lstrip("#")
+        out[i] = (int(c[0:2], 16), int(c[2:4], 16), int(c[4:6], 16), 255)
+    return out
+
+
+def axis_spec(axis: AxisMap | None = None, *, dim: str = "", size: int = 1) -> dict[str, Any]:
+    """What the browser needs to label an axis: ``index i -> c0 + i * dc`` (units) when the
+    coordinate is uniform, else the coordinate labels (up to :data:`MAX_LABELS` of them)."""
+    if axis is None:
+        return {"dim": dim, "size": int(size), "c0": 0.0, "dc": 1.0, "units": "", "labels": None}
+    # AxisMap keeps c0 = 0, dc = 1 with the values as labels for a non-uniform coordinate
+    nonuniform = axis.labels is not None and axis.c0 == 0.0 and axis.dc == 1.0
+    labels = None
+    if nonuniform and axis.size <= MAX_LABELS:
+        labels = [axis.label(i) for i in range(axis.size)]
+    return {"dim": axis.dim, "size": int(axis.size), "c0": float(axis.c0), "dc": float(axis.dc),
+            "units": axis.units, "labels": labels}
+
+
+def full_extent(shape: tuple[int, int]) -> Extent:
+    """The extent of a whole ``(ny, nx)`` plane."""
+    return ((-0.5, shape[0] - 0.5), (-0.5, shape[1] - 0.5))
+
+
+class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
+    """A zoomable image of colour indices, coloured in the browser; see the module docstring.
+
+    Kernel side: :meth:`show` (indices), :meth:`show_plane` (a float plane), :meth:`set_view`,
+    traits ``viewport`` / ``pixel`` / ``slider_value`` set from the browser (observe them),
+    :meth:`on_pixel`, :meth:`on_index`, :meth:`on_hover`, :meth:`stats`.
+    Encoding (kernel only): ``encoding`` = ``"raw"`` | ``"png"`` | ``"webp"`` | ``"auto"``
+    (measured link). Acks: ``ack_policy="eager"`` (the browser acks each frame on arrival) or
+    ``"lazy"`` (the ack rides on the browser's next message, e.g. a slider move, and is sent
+    alone after ``lazy_ack_ms`` or when the kernel asks for it).
+    """
+
+    _esm = STATIC / "canvas.js"
+    _css = STATIC / "canvas.css"
+
+    width = t.Int(560).tag(sync=True)
+    height = t.Int(420).tag(sync=True)
+    aspect = t.Enum(("equal", "auto"), "equal").tag(sync=True)
+    cmap = t.Unicode("viridis").tag(sync=True)
+    palette_names = t.List(t.Unicode()).tag(sync=True)
+    palettes = t.Bytes(b"").tag(sync=True)
+    clim = t.Any(None).tag(sync=True)  # display range [lo, hi]; None: each frame's own range
+    x_axis = t.Dict().tag(sync=True)
+    y_axis = t.Dict().tag(sync=True)
+    y_origin = t.Enum(("lower", "upper"), "lower").tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+    slider = t.Dict().tag(sync=True)  # {} or {"dim", "size", "interval", "c0", "dc", "units", "labels"}
+    hover_exact = t.Bool(False).tag(sync=True)
+    lazy_ack_ms = t.Int(250).tag(sync=True)
+    _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
+
+    # kernel side only: set from the browser's messages
+    viewport = t.Dict()
+    pixel = t.Dict()
+    slider_value = t.Int(0)
+    encoding = t.Enum((*ENCODINGS, "auto"), "raw")
+    ack_policy = t.Enum(("eager", "lazy"), "eager")
+
+    def __init__(self, shape: tuple[int, int] | None = None, *, cmaps: tuple[str, ...] = CMAPS,
+                 dispatch: Any = "auto", **kwargs: Any) -> None:
+        if "cmap" in kwargs and kwargs["cmap"] not in cmaps:
+            raise ConfigError(f"cmap={kwargs['cmap']!r} is not one of {cmaps}")
+        table = np.concatenate([palette_rgba(c) for c in cmaps])
+        kwargs.setdefault("palette_names", list(cmaps))
+        kwargs.setdefault("palettes", table.tobytes())
+        if shape is not None:
+            kwargs.setdefault("y_axis", axis_spec(dim="y", size=int(shape[0])))
+            kwargs.setdefault("x_axis", axis_spec(dim="x", size=int(shape[1])))
+        kwargs.setdefault("_tse_uid", uuid.uuid4().hex)
+        super().__init__(**kwargs)
+        self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
+        self._home = threading.get_ident()  # the kernel's thread: comm sends are made there
+        self.flow: FrameFlow[tuple[dict[str, Any], EncodedFrame]] = FrameFlow()
+        self.costs = CodecCosts()
+        self.by_encoding: Counter[str] = Counter()
+        self._last_encoding = "raw"
+        self._gen = 0
+        self._lock = threading.Lock()
+        self._base: tuple[dict[str, Any], EncodedFrame] | None = None
+        self._frames: list[tuple[dict[str, Any], EncodedFrame]] = []
+        self._poked = 0
+        self._from_browser = False
+        self._pixel_callbacks: list[Callable[[dict[str, Any]], Any]] = []
+        self._index_callbacks: list[Callable[[int], Any]] = []
+        self._hover: Callable[[int, int], Any] | None = None
+        self.messages_in: Counter[str] = Counter()
+        self.on_msg(self._on_browser)
+        self.observe(self._on_slider_value, "slider_value")
+
+    # -- frames ------------------------------------------------------------------------------
+    def show(self, indices: np.ndarray, extent: Extent | None = None, clim: Range = (0.0, 1.0), *,
+             generation: int | None = None, label: str = "", index: int | None = None,
+             mode: str = "replace") -> int:
+        """Paint ``indices`` (2-D ``uint8``, 0 = NaN) covering ``extent`` (edges in index
+        coordinates; default: the whole plane). ``clim`` is the range the indices were
+        quantised over (for the value readout and for display-range changes). Frames of an
+        older ``generation`` than one painted are dropped in the browser; ``mode="tile"``
+        adds to the picture of the same generation, ``"base"`` keeps the frame under the
+        others (an overview). Callable from any thread; returns the generation."""
+        if mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        arr = np.array(indices, dtype=np.uint8, order="C", copy=True)  # the caller may reuse its buffer
+        if arr.ndim != 2:
+            raise ConfigError(f"a frame is a 2-D uint8 plane, got shape {np.shape(indices)}")
+        if extent is None:
+            extent = full_extent(arr.shape)  # type: ignore[arg-type]
+        (y0, y1), (x0, x1) = extent
+        lo, hi = float(clim[0]), float(clim[1])
+        enc = self._pick_encoding(arr.size)
+        frame = encode_indices(arr, enc)
+        self.costs.record(frame)
+        with self._lock:
+            if generation is None:
+                self._gen += 1
+                generation = self._gen
+            else:
+                self._gen = max(self._gen, int(generation))
+            meta = {"type": "frame", "gen": int(generation), "shape": list(arr.shape),
+                    "extent": [[float(y0), float(y1)], [float(x0), float(x1)]], "clim": [lo, hi],
+                    "encoding": frame.encoding, "label": str(label),
+                    "index": None if index is None else int(index), "mode": mode}
+            item = (meta, frame)
+            self._remember(item)
+            out = self.flow.offer(item, frame.nbytes, queue=mode == "tile")
+        if out is not None:
+            self._call(self._transmit, *out)
+        else:
+            seq = self.flow.waiting_on_lazy_ack()
+            if seq is not None and seq != self._poked:
+                self._poked = seq
+                self._call(self.send, {"type": "ack?"})
+        return int(generation)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` now on the kernel's thread (a frame made in a comm handler goes out
+        before the kernel's "idle"), else hand it to the kernel's loop."""
+        if threading.get_ident() == self._home:
+            fn(*args)
+        else:
+            self.dispatch(fn, *args)
+
+    def show_plane(self, plane: np.ndarray, extent: Extent | None = None, clim: Range | None = None,
+                   **kwargs: Any) -> Range:
+        """Colour-map a float ``plane`` (over ``clim``, or its 2-98 % range) and :meth:`show`
+        it; returns the range used."""
+        indices, rng = to_indices(plane, clim)
+        self.show(indices, extent, rng, **kwargs)
+        return rng
+
+    def clear(self) -> None:
+        """Remove the picture."""
+        with self._lock:
+            self._base, self._frames = None, []
+        self._call(self.send, {"type": "clear"})
+
+    def _remember(self, item: tuple[dict[str, Any], EncodedFrame]) -> None:
+        """What a freshly rendered view needs: the base frame and the current picture."""
+        meta = item[0]
+        if meta["mode"] == "base":
+            self._base = item
+        elif meta["mode"] == "tile" and self._frames and self._frames[-1][0]["gen"] == meta["gen"]:
+            self._frames = (self._frames + [item])[-256:]
+        elif not self._frames or meta["gen"] >= self._frames[-1][0]["gen"]:
+            self._frames = [item]
+
+    def _pick_encoding(self, raw_nbytes: int) -> str:
+        if self.encoding != "auto":
+            return str(self.encoding)
+        self._last_encoding = choose_encoding(raw_nbytes, self.flow.link, self.costs,
+                                              current=self._last_encoding)
+        return self._last_encoding
+
+    def _transmit(self, seq: int, item: tuple[dict[str, Any], EncodedFrame]) -> None:
+        """Send one frame (kernel thread)."""
+        meta, frame = item
+        lazy = self.ack_policy == "lazy" and not self.flow.has_pending
+        self.send(dict(meta, seq=seq, ack="lazy" if lazy else "now"), buffers=[frame.payload])
+        self.by_encoding[frame.encoding] += 1
+        if lazy:
+            self.flow.mark_lazy(seq)
+
+    # -- the view ---------------------------------------------------------------------------------
+    def set_view(self, y_range: Range | None = None, x_range: Range | None = None) -> None:
+        """Show this region (edges in index coordinates; None: the whole axis). The browser
+        widens it to square pixels and reports the result as ``viewport``."""
+        ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
+        y = list(y_range) if y_range is not None else [-0.5, ny - 0.5]
+        x = list(x_range) if x_range is not None else [-0.5, nx - 0.5]
+        self._call(self.send, {"type": "view", "y": [float(v) for v in y], "x": [float(v) for v in x]})
+
+    def set_axes(self, y: AxisMap | None = None, x: AxisMap | None = None) -> None:
+        """Label the axes from the Explorer's coordinate maps."""
+        with self.hold_sync():
+            if y is not None:
+                self.y_axis = axis_spec(y)
+            if x is not None:
+                self.x_axis = axis_spec(x)
+
+    # -- browser messages (kernel thread) -----------------------------------------------------
+    def _on_browser(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        kind = str(content.get("type"))
+        self.messages_in[kind] += 1
+        if "ack" in content:
+            out = self.flow.ack(int(content["ack"]), float(content.get("held", 0.0)) / 1e3)
+            if out is not None:
+                self._transmit(*out)
+        if kind == "ready":
+            self._set_viewport(content)
+            self._resend()
+        elif kind == "viewport":
+            self._set_viewport(content)
+        elif kind == "pixel":
+            self.pixel = {k: content.get(k) for k in ("iy", "ix", "y", "x")}
+            for fn in list(self._pixel_callbacks):
+                fn(dict(self.pixel))
+        elif kind == "index":
+            self._from_browser = True
+            try:
+                self.slider_value = int(content["value"])
+            finally:
+                self._from_browser = False
+            for cb in list(self._index_callbacks):
+                cb(self.slider_value)
+        elif kind == "hover" and self._hover is not None:
+            iy, ix = int(content["iy"]), int(content["ix"])
+            self.send({"type": "hover", "iy": iy, "ix": ix, "text": str(self._hover(iy, ix))})
+
+    def _set_viewport(self, content: dict[str, Any]) -> None:
+        if "x" in content and "y" in content:
+            self.viewport = {"y": tuple(map(float, content["y"])), "x": tuple(map(float, content["x"])),
+                             "height": int(content.get("height", self.height)),
+                             "width": int(content.get("width", self.width))}
+
+    def _resend(self) -> None:
+        """A view of this model was created in the browser: send it the picture again."""
+        with self._lock:
+            items = ([self._base] if self._base is not None else []) + list(self._frames)
+        for item in items:
+            self._transmit(*self.flow.force(item, item[1].nbytes))
+
+    def _on_slider_value(self, change: dict[str, Any]) -> None:
+        if not self._from_browser:
+            self._call(self.send, {"type": "index", "value": int(change["new"])})
+
+    def on_pixel(self, fn: Callable[[dict[str, Any]], Any]) -> None:
+        """Call ``fn({"iy", "ix", "y", "x"})`` on every click on the image."""
+        self._pixel_callbacks.append(fn)
+
+    def on_index(self, fn: Callable[[int], Any]) -> None:
+        """Call ``fn(value)`` when the browser's slider moves (not when the kernel sets it)."""
+        self._index_callbacks.append(fn)
+
+    def on_hover(self, fn: Callable[[int, int], Any] | None) -> None:
+        """``fn(iy, ix) -> text``: the exact value readout under the pointer (asked for after
+        the pointer rests 150 ms); None turns it off."""
+        self._hover = fn
+        self.hover_exact = fn is not None
+
+    def stats(self) -> dict[str, Any]:
+        """Frames sent, acked, dropped and lost; the measured link; encodings used."""
+        return {"flow": self.flow.counts(), "link": self.flow.link.as_dict(),
+                "by_encoding": dict(self.by_encoding), "messages_in": dict(self.messages_in)}
+
+    def __repr__(self) -> str:
+        c = self.flow.counts()
+        return f"<ImageCanvas {self.height}x{self.width} px, {c['sent']} frames sent, {c['acked']} acked>"
+
+
+def image_canvas(**kwargs: Any) -> ImageCanvas:
+    """An :class:`ImageCanvas` (needs the ``lab`` extra: anywidget)."""
+    return ImageCanvas(**kwargs)
