@@ -95,41 +95,7 @@ def open_group(
             obj.multiscale, obj.level,
         )
     if isinstance(obj, (str, Path)):
-        path = os.fspath(obj)
-        lower = path.lower().rstrip("/")
-        if lower.endswith(".npy"):
-            src = open_npy(path, grid, options=options)
-            return SourceGroup({src.name: src})  # type: ignore[attr-defined]
-        if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
-            from .netcdf import open_netcdf
-
-            sources, coords, attrs, encoding = open_netcdf(path, grid, options)
-            return SourceGroup(sources, coords, attrs, encoding)
-        if _is_zarr_path(path):
-            from .multiscale import open_level, read_multiscale
-            from .zarr_source import open_zarr_group
-
-            spec = read_multiscale(path, storage_options)
-            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
-                sources, coords, attrs = open_level(spec, 0, storage_options, options)
-                return SourceGroup(sources, coords, attrs, multiscale=spec)
-
-            sources, coords, attrs = open_zarr_group(path, storage_options, options)
-            return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
-        if os.path.isdir(path):
-            try:
-                from .images import open_image_folder
-            except ImportError:  # pragma: no cover - the images module is optional
-                open_image_folder = None  # type: ignore[assignment]
-            if open_image_folder is not None and _is_image_folder(path):
-                return open_image_folder(path, size=size, options=options)  # type: ignore[no-any-return]
-        if not os.path.exists(path):
-            raise UnsupportedSourceError(f"{path!r} does not exist")
-        raise UnsupportedSourceError(
-            f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
-            "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
-            "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
-        )
+        return _open_path(os.fspath(obj), storage_options, options, grid, size)
     try:
         import xarray as xr
     except ImportError:  # pragma: no cover
@@ -153,6 +119,50 @@ def open_group(
     raise UnsupportedSourceError(
         f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
         "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
+    )
+
+
+def _open_path(
+    path: str,
+    storage_options: dict[str, Any] | None,
+    options: SourceOptions,
+    grid: Any,
+    size: Any,
+) -> SourceGroup:
+    """Sources for a path or URL: ``.npy``, NetCDF/HDF5, Zarr (a pyramid too), image folders."""
+    lower = path.lower().rstrip("/")
+    if lower.endswith(".npy"):
+        src = open_npy(path, grid, options=options)
+        return SourceGroup({src.name: src})  # type: ignore[attr-defined]
+    if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
+        from .netcdf import open_netcdf
+
+        sources, coords, attrs, encoding = open_netcdf(path, grid, options)
+        return SourceGroup(sources, coords, attrs, encoding)
+    if _is_zarr_path(path):
+        from .multiscale import open_level, read_multiscale
+        from .zarr_source import open_zarr_group
+
+        spec = read_multiscale(path, storage_options)
+        if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+            sources, coords, attrs = open_level(spec, 0, storage_options, options)
+            return SourceGroup(sources, coords, attrs, multiscale=spec)
+
+        sources, coords, attrs = open_zarr_group(path, storage_options, options)
+        return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+    if os.path.isdir(path):
+        try:
+            from .images import open_image_folder
+        except ImportError:  # pragma: no cover - the images module is optional
+            open_image_folder = None  # type: ignore[assignment]
+        if open_image_folder is not None and _is_image_folder(path):
+            return open_image_folder(path, size=size, options=options)  # type: ignore[no-any-return]
+    if not os.path.exists(path):
+        raise UnsupportedSourceError(f"{path!r} does not exist")
+    raise UnsupportedSourceError(
+        f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
+        "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
+        "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
     )
 
 
