@@ -165,7 +165,8 @@ def test_cold_overview_paints_coarse_first_then_tiles_and_reads_only_those_level
         base = shown[0]
         assert base.level == 4 and flat(base.extent) == pytest.approx([-0.5, 4095.5, -0.5, 4095.5])
         np.testing.assert_array_equal(base.data, truth(sources[4], 2, ((0, 256), (0, 256)), (1, 1)))
-        # the tiles are level 3's chunks, coloured over the base's range, the middle ones first
+        # the tiles are level 3's chunks (asked for middle first, painted as they arrive),
+        # coloured over the base's range
         canvas = np.zeros((512, 512), np.uint8)
         for tile in shown[1:]:
             assert tile.clim == base.clim and tile.level == 3
@@ -176,7 +177,7 @@ def test_cold_overview_paints_coarse_first_then_tiles_and_reads_only_those_level
             assert (ey0, ey1, ex0, ex1) == pytest.approx((8 * y0 - 0.5, 8 * y1 - 0.5, 8 * x0 - 0.5, 8 * x1 - 0.5))
             canvas[y0:y1, x0:x1] = tile.image
         np.testing.assert_array_equal(canvas, frame.image)
-        assert {c[1:] for c in (t.request.chunks[0] for t in shown[1:5])} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+        assert {t.request.chunks[0] for t in shown[1:]} == set(frame.request.chunks)  # each chunk once
         assert ctl.counts["progressive"] == 1
         # the same view again: cached, one frame, no read
         frame2 = ctl.wait(ctl.update(), timeout=30)
