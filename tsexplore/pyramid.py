@@ -270,10 +270,26 @@ def _write_level(target: str, k: int, da: xr.DataArray, dims: tuple[str, ...], s
     return arr
 
 
+class _CallbackBar:
+    """``progress(done, total)`` called as a tqdm bar would be updated."""
+
+    def __init__(self, fn: Callable[[int, int], Any], total: int) -> None:
+        self.fn, self.total, self.done = fn, int(total), 0
+        fn(0, self.total)
+
+    def update(self, n: int) -> None:
+        self.done += int(n)
+        self.fn(self.done, self.total)
+
+    def close(self) -> None:
+        pass
+
+
 def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = None, method: str = "mean", *,
             var: str | None = None, dims: Sequence[str] | None = None, chunks: dict[str, int] | None = None,
-            min_size: int = 256, max_mem: int = 256 * 2**20, progress: bool = True,
-            overwrite: bool = False, storage_options: dict[str, Any] | None = None) -> Path | str:
+                    min_size: int = 256, max_mem: int = 256 * 2**20,
+            progress: bool | Callable[[int, int], Any] = True, overwrite: bool = False,
+            storage_options: dict[str, Any] | None = None) -> Path | str:
     """Write the multiscale levels of ``source`` (a path, Dataset or DataArray; ``var``
     picks the variable) to ``target`` as an OME-NGFF v0.5 image on Zarr v3.
 
@@ -281,7 +297,9 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
     levels including level 0 (default: until the plane fits ``min_size`` pixels);
     ``method``: ``"mean"`` (block means, NaN-skipping) or ``"nearest"``; ``chunks``: per dim
     (default: the source's chunks, at most 256 along ``dims``); ``max_mem``: bytes one block
-    may take while it is downsampled. Returns the target.
+    may take while it is downsampled; ``progress``: a progress bar (tqdm: a widget in a
+    notebook), or a callable ``progress(bytes_done, bytes_total)`` (an exception it raises
+    stops the build). Returns the target.
     """
     import zarr
 
@@ -305,7 +323,11 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
         "metadata": {"method": f"xarray.DataArray.{'coarsen(..).mean' if method == 'mean' else 'isel(::2)'}",
                      "version": xr.__version__, "writer": "tsexplore.pyramid"}}]}
     itemsize = np.dtype(da.dtype).itemsize
-    bar = _make_bar(sum(math.prod(s) for s in shapes) * itemsize, f"pyramid {path}") if progress else None
+    total = sum(math.prod(s) for s in shapes) * itemsize
+    if callable(progress):
+        bar: Any = _CallbackBar(progress, total)
+    else:
+        bar = _make_bar(total, f"pyramid {path}") if progress else None
     previous: Any = None
     for k, shape in enumerate(shapes):
         chunks_k = tuple(min(want[str(d)], s) for d, s in zip(da.dims, shape))
@@ -317,3 +339,43 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
         warnings.simplefilter("ignore")
         zarr.consolidate_metadata(root.store)
     return Path(path) if "://" not in path else path
+
+
+# -- the Explorer's pyramids --------------------------------------------------------------------
+
+
+class ExplorerPyramids:
+    """What an Explorer needs to build the pyramid a variable of ``obj`` lacks (its "build a
+    pyramid" button): a default place next to the store, and the build itself."""
+
+    def __init__(self, obj: xr.Dataset | xr.DataArray) -> None:
+        self.obj = obj
+
+    def default_target(self, var: str) -> str:
+        """``<store>_<var>_pyramid.zarr`` beside a local store, else in the working folder."""
+        from .resolve import source_behind
+
+        da = self.obj if isinstance(self.obj, xr.DataArray) else self.obj[var]
+        root = getattr(source_behind(da), "root", None)
+        if isinstance(root, str) and "://" not in root and root:
+            store = Path(root.rstrip("/"))
+            return str(store.with_name(f"{store.stem}_{var}_pyramid.zarr"))
+        return str(Path.cwd() / f"{var}_pyramid.zarr")
+
+    def build(self, var: str, dims: Sequence[str], target: str,
+              progress: Callable[[int, int], Any] | bool = True) -> Levels:
+        """Write the pyramid of ``var`` halving ``dims`` to ``target``; its :class:`Levels`."""
+        pyramid(self.obj, target, var=var if isinstance(self.obj, xr.Dataset) else None,
+                dims=tuple(dims), progress=progress)
+        return open_levels(target)
+
+
+def explorer_options(obj: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for :func:`tsexplore.ui.explore` with the pyramid of ``obj`` (if it is a
+    level of one) and the means to build one, unless given."""
+    out = dict(kwargs)
+    if isinstance(obj, (xr.Dataset, xr.DataArray)):
+        if "levels" not in out:
+            out["levels"] = levels_of(obj)
+        out.setdefault("pyramids", ExplorerPyramids(obj))
+    return out

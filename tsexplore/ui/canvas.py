@@ -39,7 +39,9 @@ from ._frames import (
     FrameFlow,
     Range,
     choose_encoding,
+    decode_payload,
     encode_indices,
+    fit_view,
     to_indices,
 )
 from ._kernel import Dispatcher
@@ -110,6 +112,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     y_axis = t.Dict().tag(sync=True)
     y_origin = t.Enum(("lower", "upper"), "lower").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
+    view0 = t.Dict().tag(sync=True)  # the view a newly created browser state starts with ({}: all)
     slider = t.Dict().tag(sync=True)  # {} or {"dim", "size", "interval", "c0", "dc", "units", "labels"}
     hover_exact = t.Bool(False).tag(sync=True)
     lazy_ack_ms = t.Int(250).tag(sync=True)
@@ -156,13 +159,16 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     # -- frames ------------------------------------------------------------------------------
     def show(self, indices: np.ndarray, extent: Extent | None = None, clim: Range = (0.0, 1.0), *,
              generation: int | None = None, label: str = "", index: int | None = None,
-             mode: str = "replace") -> int:
+             mode: str = "replace", info: str = "", final: bool = True) -> int:
         """Paint ``indices`` (2-D ``uint8``, 0 = NaN) covering ``extent`` (edges in index
         coordinates; default: the whole plane). ``clim`` is the range the indices were
         quantised over (for the value readout and for display-range changes). Frames of an
         older ``generation`` than one painted are dropped in the browser; ``mode="tile"``
         adds to the picture of the same generation, ``"base"`` keeps the frame under the
-        others (an overview). Callable from any thread; returns the generation."""
+        others (an overview). ``label`` is drawn as the title, ``info`` on the status line
+        under the plot; ``index`` (the slider position the frame shows) and ``final`` (the
+        last piece of its generation) travel with it (``tse-paint`` events, ``data-*``
+        attributes). Callable from any thread; returns the generation."""
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         arr = np.array(indices, dtype=np.uint8, order="C", copy=True)  # the caller may reuse its buffer
@@ -184,7 +190,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             meta = {"type": "frame", "gen": int(generation), "shape": list(arr.shape),
                     "extent": [[float(y0), float(y1)], [float(x0), float(x1)]], "clim": [lo, hi],
                     "encoding": frame.encoding, "label": str(label),
-                    "index": None if index is None else int(index), "mode": mode}
+                    "index": None if index is None else int(index), "mode": mode,
+                    "info": str(info), "final": bool(final)}
             item = (meta, frame)
             self._remember(item)
             out = self.flow.offer(item, frame.nbytes, queue=mode == "tile")
@@ -212,6 +219,13 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         indices, rng = to_indices(plane, clim)
         self.show(indices, extent, rng, **kwargs)
         return rng
+
+    def picture(self) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """The current picture as a newly rendered view would get it: ``(meta, indices)`` of
+        the base frame (if any), then of the frames (or tiles) of the newest generation."""
+        with self._lock:
+            items = ([self._base] if self._base is not None else []) + list(self._frames)
+        return [(dict(meta), decode_payload(frame)) for meta, frame in items]
 
     def clear(self) -> None:
         """Remove the picture."""
@@ -250,9 +264,22 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         """Show this region (edges in index coordinates; None: the whole axis). The browser
         widens it to square pixels and reports the result as ``viewport``."""
         ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
-        y = list(y_range) if y_range is not None else [-0.5, ny - 0.5]
-        x = list(x_range) if x_range is not None else [-0.5, nx - 0.5]
-        self._call(self.send, {"type": "view", "y": [float(v) for v in y], "x": [float(v) for v in x]})
+        y = [float(v) for v in (y_range if y_range is not None else (-0.5, ny - 0.5))]
+        x = [float(v) for v in (x_range if x_range is not None else (-0.5, nx - 0.5))]
+        self._call(self._set_view, {"y": y, "x": x})
+
+    def _set_view(self, view: dict[str, Any]) -> None:
+        self.view0 = view  # where a browser view made later starts
+        self.send({"type": "view", **view})
+
+    def fitted(self, y_range: Range | None = None, x_range: Range | None = None) -> Extent:
+        """The view the browser shows for ``set_view(y_range, x_range)``: widened about its
+        centre to square pixels on the plot box when ``aspect="equal"``."""
+        ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
+        y = tuple(map(float, y_range)) if y_range is not None else (-0.5, ny - 0.5)
+        x = tuple(map(float, x_range)) if x_range is not None else (-0.5, nx - 0.5)
+        extent = ((min(y), max(y)), (min(x), max(x)))
+        return fit_view(extent, (self.height, self.width)) if self.aspect == "equal" else extent
 
     def set_axes(self, y: AxisMap | None = None, x: AxisMap | None = None) -> None:
         """Label the axes from the Explorer's coordinate maps."""

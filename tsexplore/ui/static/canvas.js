@@ -85,6 +85,8 @@ class State {
     for (const name of ["x_axis", "y_axis", "width", "height"]) model.on(`change:${name}`, () => this.resetView());
     model.on("change:title", () => this.drawAll());
     model.on("change:slider", () => this.views.forEach((v) => v.buildSlider()));
+    const v0 = model.get("view0") || {};
+    if (v0.x && v0.y) this.view = this.fit({ x0: v0.x[0], x1: v0.x[1], y0: v0.y[0], y1: v0.y[1] });
     this.send({ type: "ready", ...this.viewport() });
   }
 
@@ -248,8 +250,9 @@ class View {
     this.bar = make("div", "tse-canvas-bar");
     this.readout = make("span", "tse-canvas-readout");
     this.bar.append(this.readout);
+    this.info = make("div", "tse-canvas-info");
     this.sliderRow = make("div", "tse-canvas-slider");
-    el.append(this.canvas, this.bar, this.sliderRow);
+    el.append(this.canvas, this.bar, this.sliderRow, this.info);
     this.buildSlider();
     this.listen();
     this.draw();
@@ -343,6 +346,7 @@ class View {
     if (c.width !== Math.round(cw * dpr) || c.height !== Math.round(ch * dpr)) {
       c.width = Math.round(cw * dpr); c.height = Math.round(ch * dpr);
       c.style.width = `${cw}px`; c.style.height = `${ch}px`;
+      this.el.style.width = `${cw}px`; // the text rows below never widen the widget
     }
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -362,7 +366,9 @@ class View {
     const last = s.last;
     if (last) {
       Object.assign(this.el.dataset, { seq: last.seq, gen: last.gen, label: last.label || "",
-                                       index: last.index ?? "", painted: s.counts.painted });
+                                       index: last.index ?? "", painted: s.counts.painted,
+                                       mode: last.mode || "replace", final: last.final === false ? "0" : "1" });
+      if (this.info.textContent !== (last.info || "")) this.info.textContent = last.info || "";
     }
     if (msg) this.el.dispatchEvent(new CustomEvent("tse-paint", { detail: msg, bubbles: true }));
   }
