@@ -169,7 +169,7 @@ def test_cold_overview_paints_coarse_first_then_tiles_and_reads_only_those_level
         # coloured over the base's range
         canvas = np.zeros((512, 512), np.uint8)
         for tile in shown[1:]:
-            assert tile.clim == base.clim and tile.level == 3
+            assert tile.clim == base.clim and tile.level == 3 and tile.whole == frame.request
             (y0, y1), (x0, x1) = tile.request.region
             np.testing.assert_array_equal(tile.data, truth(sources[3], 2, tile.request.region, (1, 1)))
             np.testing.assert_array_equal(tile.image, to_uint8(tile.data, base.clim))

@@ -132,6 +132,10 @@ def test_pan_zoom_reads_only_visible_chunks_at_full_resolution(cube):
         reads = ex.controller.counts["reads"]
         browser(ex, type="viewport", y=[9.5, 40.5], x=[69.5, 100.5], height=300, width=400)
         assert ex.controller.counts["reads"] == reads
+        # a view the browser made for the axes of another plane (sent before this one's axes
+        # arrived) is not this plane's: ignored
+        browser(ex, type="viewport", y=[-0.5, 0.5], x=[-0.5, 0.5], height=300, width=400, ny=1, nx=1)
+        assert ex.controller.counts["updates"] == ex.controller.counts["reads"] == reads
         # coordinates from code: widened to square pixels as the browser shows them, and the
         # browser is told (a view rendered later starts there too)
         from tsexplore.ui._frames import fit_view
@@ -350,7 +354,7 @@ def test_explorer_reads_the_pyramid_level_that_fits_the_screen(tmp_path):
         assert pics[0][0]["extent"] == [[-0.5, 1023.5], [-0.5, 1023.5]]  # level 3 over all of level 0
         np.testing.assert_array_equal(pics[0][1], to_uint8(xr.open_zarr(path, group="3")["data"].values,
                                                            tuple(pics[0][0]["clim"])))
-        assert "level 2 of 5" in pics[-1][0]["info"]
+        assert "level 2 of 5, 256×256 px of y[0:256:1] x[0:256:1], 16 chunks in tiles" in pics[-1][0]["info"]
         # zoomed in to 64 x 64 level-0 pixels: level 0, one chunk
         browser(ex, type="viewport", y=[-0.5, 63.5], x=[-0.5, 63.5], height=256, width=256)
         frame = ex.controller.wait(timeout=30)
@@ -382,3 +386,14 @@ def test_a_zoomed_out_view_without_a_pyramid_offers_to_build_one(tmp_path):
         wait_for(lambda: not ex.notice.shown, what="the notice gone")
         assert ex.notice.bar.value == 1.0
     assert tse_threads() == []
+
+
+def test_no_pyramid_button_for_a_variable_too_large_to_copy_here():
+    big = tse.synthetic((4, 2**20, 2**20), chunks=(1, 256, 256))  # 17.6 TB, virtual
+    with big.tse.explore(width=64, height=64, stats=False, view={"y_range": (-0.5, 255.5),
+                                                                  "x_range": (-0.5, 255.5)}) as ex:
+        frame = ex.controller.wait(timeout=30)
+        assert frame.request.step == (4, 4) and len(frame.request.chunks) == 1
+        wait_for(lambda: ex.notice.shown, what="the notice")
+        assert "TB with its levels" in ex.notice.text.value
+        assert ex.notice.controls.layout.display == "none"  # no button that would write 23 TB

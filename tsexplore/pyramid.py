@@ -344,6 +344,10 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
 # -- the Explorer's pyramids --------------------------------------------------------------------
 
 
+#: the largest variable (with its levels) the Explorer's button builds a pyramid of
+MAX_BUILD_BYTES = 64 * 2**30
+
+
 class ExplorerPyramids:
     """What an Explorer needs to build the pyramid a variable of ``obj`` lacks (its "build a
     pyramid" button): a default place next to the store, and the build itself."""
@@ -361,6 +365,23 @@ class ExplorerPyramids:
             store = Path(root.rstrip("/"))
             return str(store.with_name(f"{store.stem}_{var}_pyramid.zarr"))
         return str(Path.cwd() / f"{var}_pyramid.zarr")
+
+    def why_not(self, var: str, target: str) -> str | None:
+        """Why a pyramid of ``var`` should not be built into ``target`` here (None: it can):
+        a variable larger than :data:`MAX_BUILD_BYTES`, or not room enough on that disk."""
+        import shutil
+
+        da = self.obj if isinstance(self.obj, xr.DataArray) else self.obj[var]
+        need = int(da.nbytes) * 4 // 3  # level 0 and the levels below it (a quarter each)
+        if need > MAX_BUILD_BYTES:
+            return (f"{var} is {need / 1e12:.3g} TB with its levels: build its pyramid with "
+                    "tse.pyramid(...) where there is room and time, then open that")
+        folder = Path(target).parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if "://" not in target and shutil.disk_usage(folder).free < need:
+            return f"{folder} has less than the {need / 1e9:.3g} GB free that the pyramid of {var} needs"
+        return None
 
     def build(self, var: str, dims: Sequence[str], target: str,
               progress: Callable[[int, int], Any] | bool = True) -> Levels:

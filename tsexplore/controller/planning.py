@@ -257,6 +257,8 @@ class Frame:
     elapsed: float  # seconds from issuing the read to the finished image
     mode: str = "replace"
     final: bool = True
+    #: of a tile: the read of its whole generation (None: ``request`` is the whole)
+    whole: ViewRequest | None = field(default=None, repr=False)
 
     @property
     def generation(self) -> int:

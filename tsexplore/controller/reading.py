@@ -74,6 +74,7 @@ def read_tiles(engine: Engine, level: ViewLevel, request: ViewRequest, order: Se
         left -= 1
         piece = plan_selection(tile.key, source.shape, source.chunks)
         data = _oriented(assemble(piece, [chunk], source.dtype, timeout), tile)
-        yield Frame(tile, data, to_uint8(data, clim), clim, time.perf_counter() - started, "tile", left == 0)
+        yield Frame(tile, data, to_uint8(data, clim), clim, time.perf_counter() - started, "tile", left == 0,
+                    request)
     data = _oriented(assemble(plan, [arrived[i] for i in plan.chunk_indices()], source.dtype, timeout), request)
     yield Frame(request, data, to_uint8(data, clim), clim, time.perf_counter() - started, "replace", True)

@@ -38,8 +38,8 @@ def dropdown(w: Any, description: str, options: list[Any], value: Any, width: st
 def range_toggle(w: Any, value: str) -> Any:
     """The robust / fixed colour-range toggle, its two buttons side by side."""
     return w.ToggleButtons(options=["robust", "fixed"], value=value, description="range",
-                           style={"description_width": "initial", "button_width": "58px"},
-                           layout=w.Layout(width="auto", flex="0 0 auto"))
+                           style={"description_width": "initial", "button_width": "64px"},
+                           layout=w.Layout(width="200px", flex="0 0 auto"))
 
 
 class CanvasSlider:
@@ -103,8 +103,8 @@ class PyramidNotice:
         self.button = w.Button(description="build a pyramid", icon="layer-group",
                                layout=w.Layout(width="auto", flex="0 0 auto"))
         self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="160px", display="none"))
-        controls = [self.path, self.button, self.bar] if can_build else []
-        self.box = w.VBox([self.text, row(w, controls)],
+        self.controls = row(w, [self.path, self.button, self.bar] if can_build else [])
+        self.box = w.VBox([self.text, self.controls],
                           layout=w.Layout(display="none", max_width="100%"))
         self.box.add_class("tsexplore-pyramid-notice")
         self.shown = False
@@ -119,6 +119,12 @@ class PyramidNotice:
         if visible != self.shown:
             self.shown = visible
             self.box.layout.display = "flex" if visible else "none"
+
+    def allow(self, can_build: bool) -> None:
+        """Show the build controls only when a pyramid can be built."""
+        display = "flex" if can_build else "none"
+        if self.controls.layout.display != display:
+            self.controls.layout.display = display
 
     def progress(self, fraction: float | None) -> None:
         """Show the build's progress (None: hide the bar)."""

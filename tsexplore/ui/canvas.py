@@ -118,7 +118,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     lazy_ack_ms = t.Int(250).tag(sync=True)
     _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
 
-    # kernel side only: set from the browser's messages
+    # kernel side only: set from the browser's messages; ``viewport["shape"]`` is the plane's
+    # (ny, nx) the browser's view was made for (a view of a plane since replaced is stale)
     viewport = t.Dict()
     pixel = t.Dict()
     slider_value = t.Int(0)
@@ -320,9 +321,11 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
 
     def _set_viewport(self, content: dict[str, Any]) -> None:
         if "x" in content and "y" in content:
-            self.viewport = {"y": tuple(map(float, content["y"])), "x": tuple(map(float, content["x"])),
-                             "height": int(content.get("height", self.height)),
-                             "width": int(content.get("width", self.width))}
+            vp = {"y": tuple(map(float, content["y"])), "x": tuple(map(float, content["x"])),
+                  "height": int(content.get("height", self.height)), "width": int(content.get("width", self.width))}
+            if "ny" in content and "nx" in content:  # the plane's size the browser knew then
+                vp["shape"] = (int(content["ny"]), int(content["nx"]))
+            self.viewport = vp
 
     def _resend(self) -> None:
         """A view of this model was created in the browser: send it the picture again."""

@@ -143,6 +143,8 @@ class Explorer:
         self.stats_panel: Any = None
 
         dims = list(self.ds[var].dims)
+        if (y or dims[-2]) not in dims or (x or dims[-1]) not in dims:
+            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r}, which has {tuple(dims)}")
         self.var_picker = dropdown(w, "variable", self.names, var, "190px")
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
@@ -153,7 +155,8 @@ class Explorer:
         self.clim_lo = w.FloatText(value=lo, description="min", style=small, layout=w.Layout(width="120px"))
         self.clim_hi = w.FloatText(value=hi, description="max", style=small, layout=w.Layout(width="120px"))
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
-        self.canvas = ImageCanvas(width=self.width, height=self.height, cmap=cmap, aspect=aspect,
+        plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
+        self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
                                   encoding=encoding, dispatch=dispatch)
         self.canvas.ack_policy = "lazy" if slider == "canvas" else "eager"
         self.sliders: dict[str, Any] = {}
@@ -276,7 +279,7 @@ class Explorer:
             speed = w.Dropdown(options=SPEEDS, value=200, layout=w.Layout(width="90px"))
             if k == 0 and self.slider_kind == "canvas":
                 self.sliders[dim] = CanvasSlider(self.canvas, dim, n)
-                speed.description = f"play {dim}"
+                speed.description = f"play {dim} at"
                 speed.style = {"description_width": "initial"}
                 speed.layout.width = "auto"
                 speed.observe(lambda ch: setattr(self.canvas, "slider", {**self.canvas.slider,
@@ -336,6 +339,9 @@ class Explorer:
         vp, ctl = change["new"], self.controller
         if ctl is None or not vp:
             return
+        g = self.geometry
+        if tuple(vp.get("shape", ())) not in ((), (g.shape[g.axis(g.ydim)], g.shape[g.axis(g.xdim)])):
+            return  # made for the axes of another plane (before this one's reached the browser)
         s = ctl.state
         want = (tuple(vp["y"]), tuple(vp["x"]), int(vp["height"]), int(vp["width"]))
         have = (s.y_range, s.x_range, s.height, s.width)
@@ -427,15 +433,16 @@ class Explorer:
         return " · ".join([self.var_picker.value, *parts])
 
     def _info(self, frame: Frame) -> str:
-        req = frame.request
+        req = frame.whole or frame.request
         level = f"level {req.level} of {len(self.levels)}, " if len(self.levels) > 1 else ""
         if not frame.final:
             return f"gen {frame.generation}: {level}{'overview' if frame.mode == 'base' else 'tiles'} …"
         (y0, y1), (x0, x1) = req.region
-        ny, nx = frame.image.shape
+        ny, nx = req.out_shape
         lo, hi = frame.clim
+        tiles = " in tiles" if frame.mode == "tile" else ""
         return (f"gen {frame.generation}: {level}{ny}×{nx} px of y[{y0}:{y1}:{req.step[0]}] "
-                f"x[{x0}:{x1}:{req.step[1]}], {len(req.chunks)} chunks, {frame.elapsed * 1e3:.0f} ms, "
+                f"x[{x0}:{x1}:{req.step[1]}], {len(req.chunks)} chunks{tiles}, {frame.elapsed * 1e3:.0f} ms, "
                 f"colour range [{lo:.4g}, {hi:.4g}]")
 
     def _check_subsampled(self, frame: Frame) -> None:
@@ -446,10 +453,18 @@ class Explorer:
             g = self.geometry
             ny, nx = g.shape[g.axis(g.ydim)], g.shape[g.axis(g.xdim)]
             message = (f"zoomed out: 1 pixel in {step[0]}×{step[1]} of this {ny:,}×{nx:,} plane is shown "
-                       f"(a subsample: there is no pyramid)."
-                       + (" Build one to see block means at every zoom:" if self.pyramids is not None else ""))
+                       f"(a subsample: there is no pyramid). ")
+            why = self._why_not_build()
+            message += "Build one to see block means at every zoom:" if why is None else why
         if (message is not None) != self.notice.shown or message is not None:
             self.dispatch(self.notice.show, message)
+
+    def _why_not_build(self) -> str | None:
+        if self.pyramids is None:
+            return "Build one with tse.pyramid(...) and explore tse.open_dataset(target)."
+        why = self.pyramids.why_not(self.var_picker.value, self.notice.path.value)
+        self.dispatch(self.notice.allow, why is None)
+        return why
 
     @property
     def painted_generation(self) -> int:

@@ -110,7 +110,8 @@ class State {
   viewport() {
     if (!this.view) this.resetView(false);
     const v = this.view, { w, h } = this.box(), dpr = window.devicePixelRatio || 1;
-    return { x: [v.x0, v.x1], y: [v.y0, v.y1], width: Math.round(w * dpr), height: Math.round(h * dpr) };
+    const ny = (this.model.get("y_axis") || {}).size || 1, nx = (this.model.get("x_axis") || {}).size || 1;
+    return { x: [v.x0, v.x1], y: [v.y0, v.y1], width: Math.round(w * dpr), height: Math.round(h * dpr), ny, nx };
   }
   viewChanged() { // redraw now, tell the kernel soon (at most one message per 40 ms)
     this.drawAll();
