@@ -129,6 +129,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         want = to_uint8(truth[7], robust_range(truth[7]))
         np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
 
+        print(f"first canvas checked after {time.monotonic() - t0:.1f} s")
         # layout: nothing overlaps, the range toggle is one row, at 1280 and 1920 px
         for width in (1280, 1920):
             found, toggle = _layout(page, width)
@@ -138,8 +139,9 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         page.set_viewport_size({"width": 1600, "height": 1200})
         page.wait_for_timeout(300)
         numbers_before = page.evaluate(NUMBERS)[0]
-        page.screenshot(path=str(ARTIFACTS / "01_before_slider.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / "01_before_slider.png"))
 
+        print(f"layout checked after {time.monotonic() - t0:.1f} s")
         # the slider in the canvas: ArrowRight -> slice 8; only the move goes back
         handle = page.locator(".tse-canvas-range").first
         handle.scroll_into_view_if_needed()
@@ -154,6 +156,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         assert state["last"]["shape"] == [128, 128] and state["last"]["index"] == 8
         np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
 
+        print(f"slider checked after {time.monotonic() - t0:.1f} s")
         # a colormap picked in the browser: recoloured there, no frame from the kernel
         received = state["counts"]["received"]
         page.locator(".tsexplore-explorer").first.locator("select").nth(3).select_option("magma")
@@ -162,6 +165,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want, "magma"))
         assert page.evaluate(CANVAS_STATE, CUBE)["counts"]["received"] == received
 
+        print(f"colormap checked after {time.monotonic() - t0:.1f} s")
         # wheel zoom, then drag: the kernel reads exactly the region on screen
         canvas = page.locator(".tse-canvas canvas").first
         box = canvas.bounding_box()
@@ -193,8 +197,9 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         inner = (slice(1, -1), slice(1, -1))  # the edge pixels may be cut by the plot's border
         np.testing.assert_array_equal(canvas_colours(page, CUBE, extent, shown.shape)[inner],
                                       _colours(shown, "magma")[inner])
-        page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"))
 
+        print(f"zoom checked after {time.monotonic() - t0:.1f} s")
         # the pyramid: 1024^2 on 256^2 pixels reads level 2 (16 chunks), level 3 (4) first
         state = _wait_canvas(page, COUNTED, "m.final")
         reads = json.loads(execute(page, "print(json.dumps(lv.chunk_reads()))"))

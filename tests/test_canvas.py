@@ -120,6 +120,14 @@ def test_encoding_follows_the_measured_link():
         slow.record(n, 0.002 + n / 5e6)
     assert choose_encoding(n, fast, costs) == "raw"
     assert choose_encoding(n, slow, costs) in ("png", "webp")
+    # a busy local link: 1 MiB frames of one size, acked after 20-60 ms, stay raw; and small
+    # frames always travel raw, however slow their acks (75 ms for 64 kB here)
+    busy, small = LinkEstimator(), LinkEstimator()
+    for k in range(8):
+        busy.record(n, 0.02 + 0.04 * (k % 4 != 0))
+        small.record(65536, 0.075)
+    assert choose_encoding(n, busy, costs) == "raw"
+    assert choose_encoding(65536, small, costs) == "raw"
     assert choose_encoding(n, slow, costs, allowed=("raw",)) == "raw"
     # measured costs replace the priors: a codec that barely compresses is not worth it
     bad = encode_indices(np.random.default_rng(2).integers(0, 256, (256, 256), dtype=np.uint8), "png")

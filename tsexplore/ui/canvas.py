@@ -255,6 +255,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         """Send one frame (kernel thread)."""
         meta, frame = item
         lazy = self.ack_policy == "lazy" and not self.flow.has_pending
+        self.flow.stamp(seq)
         self.send(dict(meta, seq=seq, ack="lazy" if lazy else "now"), buffers=[frame.payload])
         self.by_encoding[frame.encoding] += 1
         if lazy:
