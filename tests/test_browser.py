@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -93,7 +92,14 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
 
     import tsexplore as tse
     from tsexplore.controller import robust_range, to_uint8
-    from tsexplore.testing.lab import CANVAS_STATE, canvas_colours, chromium, execute, jupyterlab, run_all_cells
+    from tsexplore.testing.lab import (
+        CANVAS_STATE,
+        canvas_colours,
+        chromium,
+        execute,
+        jupyterlab,
+        run_all_cells,
+    )
 
     nb = nbformat.read(ROOT / "notebooks" / "01_explore.ipynb", as_version=4)
     counted = tmp_path / "counted_pyramid.zarr"

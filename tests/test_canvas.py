@@ -322,3 +322,38 @@ def test_server_extension_sets_nodelay_on_kernel_websockets():
     assert ext.set_nodelay(SimpleNamespace(websocket_handler=handler, log=None))
     assert calls == [True]
     assert not ext.set_nodelay(SimpleNamespace(websocket_handler=None))
+
+
+def test_tiles_waiting_behind_one_in_flight_travel_together(canvas):
+    idx = np.arange(100, dtype=np.uint8).reshape(10, 10)
+    canvas.show(idx, label="first", generation=1)
+    for k in range(4):  # tiles of generation 2 arrive while a frame is in flight
+        canvas.show(idx + k, ((10 * k - 0.5, 10 * k + 9.5), (-0.5, 9.5)), label=f"t{k}", mode="tile",
+                    generation=2, final=k == 3)
+    assert [m["label"] for m, _ in frames(canvas)] == ["first"]
+    browser(canvas, type="ack", ack=1)
+    (meta, buffers), = frames(canvas)[1:]
+    # one message: the first tile, the others in "more", one buffer each, in order
+    assert meta["label"] == "t0" and [p["label"] for p in meta["more"]] == ["t1", "t2", "t3"]
+    assert [p["final"] for p in meta["more"]] == [False, False, True]
+    assert meta["more"][1]["extent"] == [[19.5, 29.5], [-0.5, 9.5]]
+    for k, b in enumerate(buffers):
+        np.testing.assert_array_equal(np.frombuffer(bytes(b), np.uint8).reshape(10, 10), idx + k)
+    assert canvas.stats()["flow"]["sent"] == 2 and canvas.stats()["by_encoding"]["raw"] == 5
+    # a replacing frame waiting behind a tile is not taken along
+    browser(canvas, type="ack", ack=2)
+    canvas.show(idx, label="t9", mode="tile", generation=3)
+    canvas.show(idx, label="new", generation=4)
+    browser(canvas, type="ack", ack=3)
+    assert "more" not in frames(canvas)[-1][0] and frames(canvas)[-1][0]["label"] == "new"
+    # a base sent from another thread takes along the tiles that came before it left
+    browser(canvas, type="ack", ack=4)
+    canvas._home = -1  # as if called on the controller's thread: the send is handed over
+    held = []
+    canvas.dispatch = lambda fn, *args: held.append((fn, args))
+    canvas.show(idx, label="b5", mode="base", generation=5)
+    canvas.show(idx, label="t5", mode="tile", generation=5, final=True)
+    for fn, args in held:
+        fn(*args)
+    meta, buffers = frames(canvas)[-1]
+    assert meta["label"] == "b5" and [p["label"] for p in meta["more"]] == ["t5"] and len(buffers) == 2

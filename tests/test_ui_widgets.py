@@ -154,7 +154,8 @@ def test_pan_zoom_reads_only_visible_chunks_at_full_resolution(cube):
         browser(ex, type="pixel", iy=20, ix=90, y=20.2, x=89.9)
         ex._profile_thread.join(10)
         np.testing.assert_array_equal(ex.profile_values, truth[:, 20, 90].astype(np.float64))
-        wait_for(lambda: len(ex.profile_source.data["y"]) == truth.shape[0], what="profile paint")
+        wait_for(lambda: ex.profile_source is not None and len(ex.profile_source.data["y"]) == truth.shape[0],
+                 what="profile paint")
         np.testing.assert_array_equal(ex.profile_source.data["y"], truth[:, 20, 90])
         # the exact value under the pointer, from the frame on screen
         assert ex._hover_text(20, 30) == f"value = {float(truth[0, 20, 30]):.6g}"
@@ -348,6 +349,7 @@ def test_explorer_reads_the_pyramid_level_that_fits_the_screen(tmp_path):
         assert frame.level == 2 and frame.request.step == (1, 1)
         np.testing.assert_array_equal(frame.data, xr.open_zarr(path, group="2")["data"].values)
         assert levels.chunk_reads() == [0, 0, 16, 4, 0]
+        assert [k for k, lv in enumerate(ex.levels) if lv.opened] == [0, 2, 3]  # only what was read
         wait_for(lambda: picture(ex)[-1][0]["final"], what="the last tile")
         pics = picture(ex)
         assert [m["mode"] for m, _ in pics] == ["base"] + ["tile"] * 16

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +58,8 @@ class Levels(Sequence[xr.Dataset]):
         self.shapes = [lv.sizes() for lv in spec.levels]
         self._datasets: dict[int, xr.Dataset] = {}
         self._sources: dict[int, dict[str, ChunkSource]] = {}
+        self._opened: dict[int, tuple[dict[str, ChunkSource], dict[str, Any], dict[str, Any]]] = {}
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self.spec.levels)
@@ -70,19 +73,32 @@ class Levels(Sequence[xr.Dataset]):
         if k not in self._datasets:
             from .xarray import open_dataset
 
-            options = SourceOptions(missing=self.missing, prefetch=self.prefetch)
-            sources, coords, attrs = open_level(self.spec, k, self.storage_options, options)
-            if self.wrap is not None:
-                sources = {name: self.wrap(src) for name, src in sources.items()}
-            self._sources[k] = sources
+            sources, coords, attrs = self._open(k)
             group = SourceGroup(sources, coords, attrs, multiscale=self.spec, level=k)
             self._datasets[k] = open_dataset(group, missing=self.missing, prefetch=self.prefetch)
         return self._datasets[k]
 
+    def _open(self, k: int) -> tuple[dict[str, ChunkSource], dict[str, Any], dict[str, Any]]:
+        with self._lock:
+            if k not in self._opened:
+                options = SourceOptions(missing=self.missing, prefetch=self.prefetch)
+                sources, coords, attrs = open_level(self.spec, k, self.storage_options, options)
+                if self.wrap is not None:
+                    sources = {name: self.wrap(src) for name, src in sources.items()}
+                self._opened[k] = (sources, coords, attrs)
+                self._sources[k] = sources
+            return self._opened[k]
+
     def sources(self, k: int) -> dict[str, ChunkSource]:
-        """The sources of level ``k`` by variable name (opening it if needed)."""
-        self[k]
-        return self._sources[k]
+        """The sources of level ``k`` by variable name (opened on first use, without the
+        Dataset: what a view reads)."""
+        return self._open(int(k))[0]
+
+    def array(self, k: int, var: str) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None:
+        """``(dims, shape, chunks)`` of ``var`` at level ``k`` from the metadata (nothing is
+        opened), or None when that level has no such array."""
+        found = next((a for a in self.spec.levels[int(k)].arrays if a.name == var), None)
+        return None if found is None else (tuple(found.dims), tuple(found.shape), tuple(found.chunks))
 
     def geometry(self, ydim: str, xdim: str, var: str | None = None) -> list[LevelGeometry]:
         """The (``ydim``, ``xdim``) plane of every level, for ``engine.levels`` planning."""

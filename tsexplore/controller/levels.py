@@ -17,8 +17,10 @@ view shows; view ranges are always in level-0 index coordinates.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..engine.levels import LevelGeometry, overview_plan
 from ..errors import ConfigError
@@ -32,11 +34,19 @@ QUICK_CHUNKS = 4
 
 @dataclass(frozen=True)
 class ViewLevel:
-    """One level of a pyramid: its array, its plane geometry, its place in level 0."""
+    """One level of a pyramid: its plane geometry, its place in level 0, and its array -- a
+    selection given (``plane.selection``), or opened on first use by ``opener`` (a pyramid's
+    coarse levels cost a store open each; a view opens only those it reads)."""
 
-    selection: Resolved
     plane: PlaneGeometry
     geometry: LevelGeometry
+    opener: Callable[[], ChunkSource] | None = field(default=None, compare=False, repr=False)
+    _opened: dict[str, Any] = field(default_factory=lambda: {"lock": threading.Lock()},
+                                    compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.plane.selection is None and self.opener is None:
+            raise ConfigError("a level needs its selection (plane.selection) or an opener")
 
     @classmethod
     def of(cls, data: ChunkSource | Resolved, ydim: str, xdim: str,
@@ -45,10 +55,35 @@ class ViewLevel:
         its pixels in level 0 (pixel ``j`` is centred at level-0 index ``offset + j * factor``)."""
         sel = data if isinstance(data, Resolved) else Resolved.whole(data)
         plane = PlaneGeometry.of(sel, ydim, xdim)
-        ay, ax = plane.axis(ydim), plane.axis(xdim)
-        geo = LevelGeometry((plane.shape[ay], plane.shape[ax]), (plane.chunks[ay], plane.chunks[ax]),
-                            (float(factor[0]), float(factor[1])), (float(offset[0]), float(offset[1])))
-        return cls(sel, plane, geo)
+        return cls(plane, _placed(plane, factor, offset))
+
+    @classmethod
+    def lazy(cls, opener: Callable[[], ChunkSource], dims: Sequence[str], shape: Sequence[int],
+             chunks: Sequence[int], ydim: str, xdim: str, factor: tuple[float, float] = (1.0, 1.0),
+             offset: tuple[float, float] = (0.0, 0.0)) -> ViewLevel:
+        """A whole array of this ``dims``/``shape``/``chunks`` (from metadata) that
+        ``opener()`` opens when it is first read."""
+        plane = PlaneGeometry(tuple(map(int, shape)), tuple(map(int, chunks)), tuple(dims), ydim, xdim)
+        return cls(plane, _placed(plane, factor, offset), opener)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the array is open (a level never opened has nothing in the cache)."""
+        return self.plane.selection is not None or "selection" in self._opened
+
+    @property
+    def selection(self) -> Resolved:
+        if self.plane.selection is not None:
+            return self.plane.selection
+        with self._opened["lock"]:
+            if "selection" not in self._opened:
+                assert self.opener is not None
+                source = self.opener()
+                if tuple(source.shape) != self.plane.shape or tuple(source.dims) != self.plane.dims:
+                    raise ConfigError(f"the level opened as {source.dims} {source.shape}; its metadata "
+                                      f"said {self.plane.dims} {self.plane.shape}")
+                self._opened["selection"] = Resolved.whole(source)
+            return self._opened["selection"]  # type: ignore[no-any-return]
 
     @property
     def source(self) -> ChunkSource:
@@ -68,6 +103,12 @@ class ViewLevel:
         return tuple(out)
 
 
+def _placed(plane: PlaneGeometry, factor: tuple[float, float], offset: tuple[float, float]) -> LevelGeometry:
+    ay, ax = plane.axis(plane.ydim), plane.axis(plane.xdim)
+    return LevelGeometry((plane.shape[ay], plane.shape[ax]), (plane.chunks[ay], plane.chunks[ax]),
+                         (float(factor[0]), float(factor[1])), (float(offset[0]), float(offset[1])))
+
+
 def check_levels(levels: Sequence[ViewLevel]) -> None:
     """Raise :class:`ConfigError` unless ``levels`` can stand for one array at several sizes."""
     if not levels:
@@ -82,7 +123,7 @@ def check_levels(levels: Sequence[ViewLevel]) -> None:
             if p.shape[p.axis(dim)] != first.shape[first.axis(dim)]:
                 raise ConfigError(f"level {k} has {p.shape[p.axis(dim)]} {dim!r} steps, level 0 has "
                                   f"{first.shape[first.axis(dim)]}: only the shown dims may be downsampled")
-        if len(levels) > 1 and not lv.selection.is_whole:
+        if len(levels) > 1 and lv.plane.selection is not None and not lv.plane.selection.is_whole:
             raise ConfigError(f"the levels of a pyramid are whole arrays; level {k} is a selection {lv.selection!r}")
         if k and (lv.geometry.factor[0] < levels[k - 1].geometry.factor[0]
                   or lv.geometry.factor[1] < levels[k - 1].geometry.factor[1]):

@@ -137,7 +137,7 @@ class ViewController:
     def _levels(self, levels: Sequence[ViewLevel] | None) -> tuple[ViewLevel, ...]:
         g = self.geometry
         ay, ax = g.axis(g.ydim), g.axis(g.xdim)
-        base = ViewLevel(self.selection, g, LevelGeometry((g.shape[ay], g.shape[ax]), (g.chunks[ay], g.chunks[ax])))
+        base = ViewLevel(g, LevelGeometry((g.shape[ay], g.shape[ax]), (g.chunks[ay], g.chunks[ax])))
         if not levels:
             return (base,)
         found = tuple(levels)
@@ -180,7 +180,8 @@ class ViewController:
         return self._profile_gen
 
     def _is_cached(self, level: int, index: ChunkIndex) -> bool:
-        return self.engine.key(self.levels[level].source, index) in self.engine.cache
+        lv = self.levels[level]
+        return lv.opened and self.engine.key(lv.source, index) in self.engine.cache
 
     def plan(self, state: ViewState | None = None, generation: int | None = None) -> ViewPlan:
         """The reads that show ``state`` (default: the current one) now: the level chosen for

@@ -335,6 +335,21 @@ class FrameFlow(Generic[T]):
         with self._lock:
             return self._send(item, int(nbytes))
 
+    def take_queued(self, seq: int, match: Callable[[T], bool], limit: int = 64) -> list[T]:
+        """The frames waiting at the front that ``match`` (at most ``limit``), taken to travel
+        with frame ``seq`` (in flight) in one message: the tiles of a progressive picture go
+        together instead of one round trip each."""
+        with self._lock:
+            f = self.in_flight
+            out: list[T] = []
+            if f is None or f.seq != seq:
+                return out
+            while self.pending and len(out) < limit and match(self.pending[0][0]):
+                item, nbytes = self.pending.popleft()
+                f.nbytes += nbytes
+                out.append(item)
+            return out
+
     def stamp(self, seq: int) -> None:
         """Frame ``seq`` leaves now (it was handed to the kernel's thread to send): its
         round trip is timed from here."""

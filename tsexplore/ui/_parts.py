@@ -94,25 +94,47 @@ class ProfilePlot:
 
 
 class PyramidNotice:
-    """Says when a zoomed-out view shows a subsample (no pyramid), and offers to build one."""
+    """Says when a zoomed-out view shows a subsample (no pyramid), and offers to build one.
+    Its widgets are made the first time it is shown (most views never need it)."""
 
     def __init__(self, w: Any, can_build: bool, default_target: str) -> None:
+        self.w, self.can_build, self._target = w, can_build, default_target
+        self.box = w.VBox(layout=w.Layout(display="none", max_width="100%"))
+        self.box.add_class("tsexplore-pyramid-notice")
+        self.shown = False
+        self.text: Any = None
+        self.on_build: Any = None  # called by the build button
+
+    def _make(self) -> None:
+        w = self.w
         self.text = w.HTML(value="")
-        self.path = w.Text(value=default_target, description="into", style={"description_width": "initial"},
+        self.path = w.Text(value=self._target, description="into", style={"description_width": "initial"},
                            layout=w.Layout(width="340px", flex="0 0 auto"))
         self.button = w.Button(description="build a pyramid", icon="layer-group",
                                layout=w.Layout(width="auto", flex="0 0 auto"))
         self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="160px", display="none"))
-        self.controls = row(w, [self.path, self.button, self.bar] if can_build else [])
-        self.box = w.VBox([self.text, self.controls],
-                          layout=w.Layout(display="none", max_width="100%"))
-        self.box.add_class("tsexplore-pyramid-notice")
-        self.shown = False
+        self.controls = row(w, [self.path, self.button, self.bar] if self.can_build else [])
+        self.box.children = [self.text, self.controls]
+        if self.on_build is not None:
+            self.button.on_click(lambda _b: self.on_build())
+
+    @property
+    def target(self) -> str:
+        """Where the pyramid goes (the path box, once there is one)."""
+        return self._target if self.text is None else str(self.path.value)
+
+    @target.setter
+    def target(self, value: str) -> None:
+        self._target = value
+        if self.text is not None:
+            self.path.value = value
 
     def show(self, message: str | None) -> None:
         """Show ``message`` (None hides the notice)."""
         visible = message is not None
         if visible:
+            if self.text is None:
+                self._make()
             html = f"<span style='color:#8a5a00'>{message}</span>"
             if self.text.value != html:
                 self.text.value = html
@@ -122,12 +144,20 @@ class PyramidNotice:
 
     def allow(self, can_build: bool) -> None:
         """Show the build controls only when a pyramid can be built."""
+        if self.text is None:
+            self._make()
         display = "flex" if can_build else "none"
         if self.controls.layout.display != display:
             self.controls.layout.display = display
 
+    def building(self, busy: bool) -> None:
+        if self.text is not None:
+            self.button.disabled = busy
+
     def progress(self, fraction: float | None) -> None:
         """Show the build's progress (None: hide the bar)."""
+        if self.text is None:
+            self._make()
         if fraction is None:
             self.bar.layout.display = "none"
             return

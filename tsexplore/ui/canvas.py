@@ -18,6 +18,7 @@ with a play button lives in the browser too (``slider``). The JavaScript is
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections import Counter
@@ -50,6 +51,8 @@ STATIC = Path(__file__).parent / "static"
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_RGBA = (217, 217, 217, 255)
 MODES = ("replace", "tile", "base")
+#: what each further frame of a message (``more``: tiles that travel together) says of itself
+PART_KEYS = ("gen", "shape", "extent", "clim", "encoding", "label", "index", "mode", "info", "final")
 #: the largest coordinate label list sent for a non-uniform axis (readouts and ticks)
 MAX_LABELS = 20_000
 
@@ -65,6 +68,12 @@ def palette_rgba(name: str) -> np.ndarray:
         c = c.lstrip("#")
         out[i] = (int(c[0:2], 16), int(c[2:4], 16), int(c[4:6], 16), 255)
     return out
+
+
+@functools.cache
+def _palette_table(cmaps: tuple[str, ...]) -> bytes:
+    """The RGBA tables of ``cmaps``, one after the other (made once per process)."""
+    return np.concatenate([palette_rgba(c) for c in cmaps]).tobytes()
 
 
 def axis_spec(axis: AxisMap | None = None, *, dim: str = "", size: int = 1) -> dict[str, Any]:
@@ -130,9 +139,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
                  dispatch: Any = "auto", **kwargs: Any) -> None:
         if "cmap" in kwargs and kwargs["cmap"] not in cmaps:
             raise ConfigError(f"cmap={kwargs['cmap']!r} is not one of {cmaps}")
-        table = np.concatenate([palette_rgba(c) for c in cmaps])
         kwargs.setdefault("palette_names", list(cmaps))
-        kwargs.setdefault("palettes", table.tobytes())
+        kwargs.setdefault("palettes", _palette_table(tuple(cmaps)))
         if shape is not None:
             kwargs.setdefault("y_axis", axis_spec(dim="y", size=int(shape[0])))
             kwargs.setdefault("x_axis", axis_spec(dim="x", size=int(shape[1])))
@@ -254,10 +262,17 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     def _transmit(self, seq: int, item: tuple[dict[str, Any], EncodedFrame]) -> None:
         """Send one frame (kernel thread)."""
         meta, frame = item
+        parts = [item]
+        if meta["mode"] in ("base", "tile"):  # the tiles of this picture waiting behind it go along
+            parts += self.flow.take_queued(seq, lambda it: it[0]["mode"] == "tile" and it[0]["gen"] == meta["gen"])
         lazy = self.ack_policy == "lazy" and not self.flow.has_pending
         self.flow.stamp(seq)
-        self.send(dict(meta, seq=seq, ack="lazy" if lazy else "now"), buffers=[frame.payload])
-        self.by_encoding[frame.encoding] += 1
+        content = dict(meta, seq=seq, ack="lazy" if lazy else "now")
+        if len(parts) > 1:
+            content["more"] = [{k: m[k] for k in PART_KEYS} for m, _ in parts[1:]]
+        self.send(content, buffers=[f.payload for _, f in parts])
+        for _, f in parts:
+            self.by_encoding[f.encoding] += 1
         if lazy:
             self.flow.mark_lazy(seq)
 

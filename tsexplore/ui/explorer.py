@@ -46,6 +46,7 @@ from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
 
 SLIDERS = ("canvas", "ipywidgets")
+PROFILE_WIDTH = 300
 #: the display range may differ from a frame's quantisation range by this much before the
 #: frame is quantised again (fewer distinct colours than 254 * this would show)
 REQUANTISE_BELOW = 0.5
@@ -196,7 +197,7 @@ class Explorer:
         self.canvas.observe(self._on_canvas_slider, "slider_value")
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
         self.canvas.on_hover(self._hover_text)
-        self.notice.button.on_click(lambda _b: self.build_pyramid())
+        self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
     def _build(self) -> None:
@@ -245,23 +246,24 @@ class Explorer:
 
     def _levels(self, var: str, ydim: str, xdim: str) -> list[ViewLevel] | None:
         """The pyramid's levels of ``var`` showing (``ydim``, ``xdim``), when the Explorer
-        shows the whole variable and only those dims are downsampled; else None."""
+        shows the whole variable and only those dims are downsampled; else None. The coarse
+        levels are opened when first read."""
         lv = self.pyramid_levels
         if lv is None or not self.selection.is_whole or len(lv) < 2:
             return None
         try:
             geo = lv.geometry(ydim, xdim, var)
-            sources = [lv.sources(k).get(var) for k in range(len(lv))]
         except TsExploreError:
             return None
-        others = set(self.geometry.slider_dims)
-        if any(src is None for src in sources) or any(
-                f.get(d, 1.0) != 1.0 for f in lv.factors for d in others):
-            return None
-        if geo[0].shape != (self.geometry.shape[self.geometry.axis(ydim)], self.geometry.shape[self.geometry.axis(xdim)]):
+        arrays = [lv.array(k, var) for k in range(len(lv))]
+        g = self.geometry
+        others = set(g.slider_dims)
+        if (any(a is None or a[0] != g.dims for a in arrays) or arrays[0][1] != g.shape
+                or any(f.get(d, 1.0) != 1.0 for f in lv.factors for d in others)):
             return None
         base = ViewLevel.of(self.selection, ydim, xdim)
-        return [base] + [ViewLevel.of(sources[k], ydim, xdim, geo[k].factor, geo[k].offset) for k in range(1, len(lv))]
+        return [base] + [ViewLevel.lazy(lambda k=k: lv.sources(k)[var], *arrays[k], ydim, xdim,
+                                        geo[k].factor, geo[k].offset) for k in range(1, len(lv))]
 
     def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
         dims = self.geometry.slider_dims
@@ -298,10 +300,21 @@ class Explorer:
         self.slider_box.children = rows
 
     def _build_profile(self) -> None:
+        """A placeholder the size of the profile plot: the plot (bokeh, ~0.1 s to build) is
+        made on the first click, so that opening an Explorer paints its image sooner."""
+        import ipywidgets as w
+
         if self.profile_plot is not None:
             self.profile_plot.close()  # the previous variable's / dims' profile
-        self.profile_plot = ProfilePlot(self.profile_dim, self.var_picker.value, max(200, self.height // 2 + 60))
-        self.profile_box.children = [self.profile_plot.widget]
+            self.profile_plot = None
+        dim = self.profile_dim
+        text = f"click the image for a profile along {dim}" if dim else "no other dim to profile along"
+        self.profile_box.children = [w.HTML(f"<b>{text}</b>", layout=w.Layout(
+            width=f"{PROFILE_WIDTH}px", height=f"{self._profile_height}px"))]
+
+    @property
+    def _profile_height(self) -> int:
+        return max(200, self.height // 2 + 60)
 
     def _clim(self) -> tuple[float, float] | None:
         if self.clim_mode.value == "robust":
@@ -377,7 +390,7 @@ class Explorer:
             self.y_picker.observe(self._on_dims, "value")
             self.x_picker.observe(self._on_dims, "value")
         if self.pyramids is not None:
-            self.notice.path.value = self.pyramids.default_target(change["new"])
+            self.notice.target = self.pyramids.default_target(change["new"])
         self._build()
 
     def _on_dims(self, change: Any) -> None:
@@ -462,7 +475,7 @@ class Explorer:
     def _why_not_build(self) -> str | None:
         if self.pyramids is None:
             return "Build one with tse.pyramid(...) and explore tse.open_dataset(target)."
-        why = self.pyramids.why_not(self.var_picker.value, self.notice.path.value)
+        why = self.pyramids.why_not(self.var_picker.value, self.notice.target)
         self.dispatch(self.notice.allow, why is None)
         return why
 
@@ -509,14 +522,16 @@ class Explorer:
         ctl = self.controller
         if build != self._builds or ctl is None or profile.generation != ctl.profile_generation:
             return
-        if self.profile_plot is not None:
-            self.profile_plot.show(profile.values, title)
+        if self.profile_plot is None:
+            self.profile_plot = ProfilePlot(self.profile_dim, self.var_picker.value, self._profile_height,
+                                            PROFILE_WIDTH)
+            self.profile_box.children = [self.profile_plot.widget]
+        self.profile_plot.show(profile.values, title)
 
     @property
     def profile_source(self) -> Any:
-        """The profile plot's data (a bokeh ``ColumnDataSource``)."""
-        assert self.profile_plot is not None
-        return self.profile_plot.source
+        """The profile plot's data (a bokeh ``ColumnDataSource``; None before the first click)."""
+        return None if self.profile_plot is None else self.profile_plot.source
 
     # -- building a pyramid ------------------------------------------------------------------
     def build_pyramid(self, target: str | None = None) -> threading.Thread:
@@ -528,12 +543,12 @@ class Explorer:
         if self._pyramid_thread is not None and self._pyramid_thread.is_alive():
             return self._pyramid_thread
         var, dims = self.var_picker.value, (self.y_picker.value, self.x_picker.value)
-        path = target or self.notice.path.value
+        path = target or self.notice.target
         thread = threading.Thread(target=self._build_pyramid, args=(var, dims, path),
                                   name=f"tsexplore-pyramid-{self._builds}", daemon=True)
         self._pyramid_thread = thread
-        self.notice.button.disabled = True
         self.notice.progress(0.0)
+        self.notice.building(True)
         thread.start()
         return thread
 
@@ -552,7 +567,7 @@ class Explorer:
             levels = self.pyramids.build(var, dims, path, progress)
         except Exception as exc:  # noqa: BLE001 - shown in the notice
             self.dispatch(self.notice.show, f"building the pyramid failed: {type(exc).__name__}: {exc}")
-            self.dispatch(setattr, self.notice.button, "disabled", False)
+            self.dispatch(self.notice.building, False)
             return
         if not self._closed:
             self.dispatch(self._use_pyramid, levels)
@@ -560,7 +575,7 @@ class Explorer:
     def _use_pyramid(self, levels: Any) -> None:
         """Show the levels just built, keeping the view (kernel thread)."""
         self.pyramid_levels = levels
-        self.notice.button.disabled = False
+        self.notice.building(False)
         self.notice.progress(None)
         ctl = self.controller
         if ctl is not None:

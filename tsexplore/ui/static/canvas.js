@@ -143,7 +143,14 @@ class State {
       this.pendingAck = { seq: msg.seq, t };
       if (msg.ack !== "lazy") this.flushAck();
       else this.ackTimer = setTimeout(() => this.flushAck(), this.model.get("lazy_ack_ms"));
-      this.decode(msg, bytes).then((idx) => this.addFrame(msg, idx));
+      if (!msg.more) { this.decode(msg, bytes).then((idx) => this.addFrame(msg, idx)); return; }
+      // tiles that travelled together: added in their order (the last one may be "final")
+      let done = Promise.resolve();
+      [[msg, bytes], ...msg.more.map((part, k) => [{ ...msg, ...part, more: undefined },
+                                                   bytesOf(buffers && buffers[k + 1])])].forEach(([m, b], k) => {
+        if (k) this.counts.bytes += b.byteLength;
+        done = done.then(() => this.decode(m, b)).then((idx) => this.addFrame(m, idx));
+      });
     } else if (msg.type === "ack?") {
       this.flushAck();
     } else if (msg.type === "view") {
@@ -257,6 +264,8 @@ class View {
     this.buildSlider();
     this.listen();
     this.draw();
+    // a view made after frames came shows them: say so once it is in the page
+    if (state.last) requestAnimationFrame(() => this.draw(state.last));
   }
 
   listen() {
