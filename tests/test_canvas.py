@@ -241,6 +241,11 @@ def test_exact_hover_readout(canvas):
     assert canvas.sent[-1][0] == {"type": "hover", "iy": 2, "ix": 5, "text": "value = 205"}
 
 
+def labels(message):
+    meta, _ = message
+    return [meta["label"]] + [p["label"] for p in meta.get("more", [])]
+
+
 def test_a_new_view_gets_the_picture_again(canvas):
     idx = np.zeros((30, 40), np.uint8)
     canvas.show(idx, label="overview", mode="base", generation=1)
@@ -250,14 +255,33 @@ def test_a_new_view_gets_the_picture_again(canvas):
     canvas.show(idx[:10, :10], ((9.5, 19.5), (-0.5, 9.5)), label="tile b", mode="tile", generation=2)
     canvas.sent.clear()
     browser(canvas, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
-    assert [m["label"] for m, _ in frames(canvas)] == ["overview", "tile a", "tile b"]
+    (message,) = frames(canvas)  # the whole picture in one message
+    assert labels(message) == ["overview", "tile a", "tile b"] and len(message[1]) == 3
     # a new generation replaces the tiles (the base stays until a new base comes)
     browser(canvas, type="ack", ack=frames(canvas)[-1][0]["seq"])
     canvas.show(idx, label="new", generation=3)
     browser(canvas, type="ack", ack=frames(canvas)[-1][0]["seq"])
     canvas.sent.clear()
     browser(canvas, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
-    assert [m["label"] for m, _ in frames(canvas)] == ["overview", "new"]
+    assert [labels(m) for m in frames(canvas)] == [["overview", "new"]]
+
+
+def test_waiting_for_the_browser_sends_each_frame_once():
+    from tsexplore.ui.canvas import ImageCanvas
+
+    c = ImageCanvas(shape=(30, 40), width=40, height=30, dispatch=None, wait_ready=True)
+    c.sent = []
+    c.send = lambda content, buffers=None: c.sent.append((content, buffers))
+    idx = np.zeros((30, 40), np.uint8)
+    c.show(idx, label="base", mode="base", generation=1)
+    c.show(idx, label="t1", mode="tile", generation=1)
+    assert frames(c) == [] and [m["label"] for m, _ in c.picture()] == ["base", "t1"]
+    browser(c, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
+    assert [labels(m) for m in frames(c)] == [["base", "t1"]]
+    browser(c, type="ack", ack=frames(c)[-1][0]["seq"])
+    c.show(idx, label="next", generation=2)  # from now on, as any canvas
+    assert labels(frames(c)[-1]) == ["next"]
+    c.close()
 
 
 def test_lazy_acks_ride_on_the_next_message(canvas):

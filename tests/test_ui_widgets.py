@@ -109,7 +109,15 @@ def test_bytes_sent_per_frame_are_uint8_at_screen_resolution(cube):
         meta, idx = last_painted(ex, frame)
         assert idx.dtype == np.uint8
         assert idx.shape == (64, 64)  # 128 x 128 data shown at 64 x 64 screen pixels
-        assert meta["encoding"] == "raw" and ex.canvas.stats()["by_encoding"] == {"raw": 1}
+        assert meta["encoding"] == "raw"
+        # nothing travels before the browser's side exists; then the picture, once
+        assert ex.canvas.stats()["by_encoding"] == {}
+        sent = []
+        ex.canvas.send = lambda content, buffers=None: sent.append((content, buffers))
+        browser(ex, type="ready", y=[-0.5, 127.5], x=[-0.5, 127.5], height=64, width=64, ny=128, nx=128)
+        assert ex.canvas.stats()["by_encoding"] == {"raw": 1}
+        (content, buffers), = [(c, b) for c, b in sent if c.get("type") == "frame"]
+        assert content["shape"] == [64, 64] and bytes(buffers[0]) == idx.tobytes()
         # a zoomed-out view without a pyramid says that it shows a subsample
         wait_for(lambda: ex.notice.shown, what="the subsample notice")
         assert "1 pixel in 2×2" in ex.notice.text.value and "no pyramid" in ex.notice.text.value

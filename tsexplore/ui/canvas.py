@@ -136,7 +136,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     ack_policy = t.Enum(("eager", "lazy"), "eager")
 
     def __init__(self, shape: tuple[int, int] | None = None, *, cmaps: tuple[str, ...] = CMAPS,
-                 dispatch: Any = "auto", **kwargs: Any) -> None:
+                 dispatch: Any = "auto", wait_ready: bool = False, **kwargs: Any) -> None:
         if "cmap" in kwargs and kwargs["cmap"] not in cmaps:
             raise ConfigError(f"cmap={kwargs['cmap']!r} is not one of {cmaps}")
         kwargs.setdefault("palette_names", list(cmaps))
@@ -158,6 +158,9 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         self._frames: list[tuple[dict[str, Any], EncodedFrame]] = []
         self._poked = 0
         self._from_browser = False
+        # with wait_ready, frames are only remembered until the browser's state exists (its
+        # "ready"); then the picture goes in one message (no frame is sent twice)
+        self._ready = not wait_ready
         self._pixel_callbacks: list[Callable[[dict[str, Any]], Any]] = []
         self._index_callbacks: list[Callable[[int], Any]] = []
         self._hover: Callable[[int, int], Any] | None = None
@@ -203,6 +206,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
                     "info": str(info), "final": bool(final)}
             item = (meta, frame)
             self._remember(item)
+            if not self._ready:
+                return int(generation)
             out = self.flow.offer(item, frame.nbytes, queue=mode == "tile")
         if out is not None:
             self._call(self._transmit, *out)
@@ -260,14 +265,18 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         return self._last_encoding
 
     def _transmit(self, seq: int, item: tuple[dict[str, Any], EncodedFrame]) -> None:
-        """Send one frame (kernel thread)."""
-        meta, frame = item
+        """Send one frame (kernel thread), with the tiles of its picture waiting behind it."""
         parts = [item]
-        if meta["mode"] in ("base", "tile"):  # the tiles of this picture waiting behind it go along
+        meta = item[0]
+        if meta["mode"] in ("base", "tile"):
             parts += self.flow.take_queued(seq, lambda it: it[0]["mode"] == "tile" and it[0]["gen"] == meta["gen"])
+        self._send_parts(seq, parts)
+
+    def _send_parts(self, seq: int, parts: list[tuple[dict[str, Any], EncodedFrame]]) -> None:
+        """``parts`` as one message: the first frame's meta, the others' in ``more``."""
         lazy = self.ack_policy == "lazy" and not self.flow.has_pending
         self.flow.stamp(seq)
-        content = dict(meta, seq=seq, ack="lazy" if lazy else "now")
+        content = dict(parts[0][0], seq=seq, ack="lazy" if lazy else "now")
         if len(parts) > 1:
             content["more"] = [{k: m[k] for k in PART_KEYS} for m, _ in parts[1:]]
         self.send(content, buffers=[f.payload for _, f in parts])
@@ -344,11 +353,13 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             self.viewport = vp
 
     def _resend(self) -> None:
-        """A view of this model was created in the browser: send it the picture again."""
+        """A browser state of this model was made: send it the picture, in one message."""
+        self._ready = True
         with self._lock:
             items = ([self._base] if self._base is not None else []) + list(self._frames)
-        for item in items:
-            self._transmit(*self.flow.force(item, item[1].nbytes))
+        if items:
+            seq, _ = self.flow.force(items[0], sum(f.nbytes for _, f in items))
+            self._send_parts(seq, items)
 
     def _on_slider_value(self, change: dict[str, Any]) -> None:
         if not self._from_browser:

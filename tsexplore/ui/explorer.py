@@ -158,7 +158,7 @@ class Explorer:
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
-                                  encoding=encoding, dispatch=dispatch)
+                                  encoding=encoding, dispatch=dispatch, wait_ready=True)
         self.canvas.ack_policy = "lazy" if slider == "canvas" else "eager"
         self.sliders: dict[str, Any] = {}
         self.readouts: dict[str, Any] = {}
