@@ -74,7 +74,10 @@ class ViewController:
     The ``view`` (optional) is told of every delivered frame (in increasing generation
     order), every failed read and every profile. ``levels``: coarser versions of the same
     plane (a pyramid, finest first, level 0 being ``source`` itself), see the module
-    docstring. Use as a context manager, or call :meth:`close`.
+    docstring. ``inline_cached``: a view whose chunks are all cached is read and delivered
+    on the thread that called :meth:`update` (a few milliseconds of copying and colour
+    mapping, no I/O, no thread hop), the others on the view thread as always. Use as a
+    context manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class ViewController:
         cancel_after: float = 0.1,
         levels: Sequence[ViewLevel] | None = None,
         quick_chunks: int = QUICK_CHUNKS,
+        inline_cached: bool = False,
     ) -> None:
         if max_chunks < 1:
             raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
@@ -109,6 +113,8 @@ class ViewController:
         self.channel = f"explorer-{self.id}"
         self.max_chunks = int(max_chunks)
         self.quick_chunks = int(quick_chunks)
+        #: show a view whose chunks are all cached on the thread that asked for it
+        self.inline_cached = bool(inline_cached)
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
@@ -218,11 +224,35 @@ class ViewController:
             self._generation += 1
             gen = self._generation
             self._state = state
-            self._pending = (gen, state)
             self.counts["updates"] += 1
-            self._cond.notify_all()
-        self._cancel_stale()
+            inline = (self.inline_cached and self._outstanding is None and self._pending is None
+                      and threading.current_thread() is not self._thread)
+            if inline:
+                self._outstanding = (gen, state)
+            else:
+                self._pending = (gen, state)
+                self._cond.notify_all()
+        if inline:
+            self._inline(gen, state)
+        else:
+            self._cancel_stale()
         return gen
+
+    def _inline(self, generation: int, state: ViewState) -> None:
+        """Show ``generation`` on the caller's thread when every chunk it needs is cached
+        (``inline_cached``: no thread hop, the frame leaves before the caller returns); else
+        hand it to the view thread."""
+        plan = self.plan(state, generation)
+        if not plan.progressive and all(self._is_cached(plan.target, c) for c in plan.steps[-1].chunks):
+            with self._cond:
+                self.counts["reads"] += 1
+            self._run_job(generation, state)
+            return
+        with self._cond:
+            self._outstanding = None
+            if self._pending is None or self._pending[0] < generation:
+                self._pending = (generation, state)
+            self._cond.notify_all()
     def _cancel_stale(self) -> None:
         """Cancel the queued chunk reads of the read in flight when a newer request waits.
 
@@ -291,22 +321,24 @@ class ViewController:
 
     def _run(self) -> None:
         while (job := self._next_request()) is not None:
-            try:
-                self._show(*job)
-            except RequestCancelledError:
-                with self._cond:
-                    self.counts["cancelled"] += 1
-                    self._outstanding = None
-                continue
-            except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
-                with self._cond:
-                    self.counts["errors"] += 1
-                    self.last_error = exc
-                    self._outstanding = None
-                    self._cond.notify_all()
-                if self.view is not None and not self._closed:
-                    self.view.show_error(exc)
-                continue
+            self._run_job(*job)
+
+    def _run_job(self, generation: int, state: ViewState) -> None:
+        try:
+            self._show(generation, state)
+        except RequestCancelledError:
+            with self._cond:
+                self.counts["cancelled"] += 1
+                self._outstanding = None
+                self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+            with self._cond:
+                self.counts["errors"] += 1
+                self.last_error = exc
+                self._outstanding = None
+                self._cond.notify_all()
+            if self.view is not None and not self._closed:
+                self.view.show_error(exc)
 
     def _stale(self, generation: int) -> bool:
         return self._closed or self._generation > generation

@@ -237,6 +237,7 @@ class Explorer:
         self.controller = ViewController(
             self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
             state=state, max_chunks=self.max_chunks, clim=self._clim(), levels=self._levels(var, ydim, xdim),
+            inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
         self._build_sliders(indices)
