@@ -37,6 +37,8 @@ ENCODINGS = ("raw", "png", "webp")
 PRIOR_RATIO = {"png": 0.5, "webp": 0.4}
 PRIOR_ENCODE_S_PER_BYTE = {"png": 15e-9, "webp": 40e-9}
 DECODE_S_PER_BYTE = 3e-9  # the browser's image decode, per raw byte (createImageBitmap)
+#: big frames timed before the bandwidth is estimated
+MIN_BANDWIDTH_SAMPLES = 3
 #: frames smaller than this always travel raw
 MIN_COMPRESS_BYTES = 256 * 1024
 #: the latency assumed at most while only frames of one size were timed (seconds)
@@ -167,7 +169,8 @@ class LinkEstimator:
     :data:`UNKNOWN_LATENCY_MAX` (a busy local link is not taken for a slow one, and a slow
     link, whose frames take longer than that, still is);
     ``bandwidth`` (bytes/s) is the median of ``nbytes / (seconds - latency)`` over the last
-    ``window`` frames of at least ``min_bytes`` -- None until there is one.
+    ``window`` frames of at least ``min_bytes`` -- None until there are
+    :data:`MIN_BANDWIDTH_SAMPLES` (one slow start is no measure of a link).
     """
 
     def __init__(self, window: int = 16, min_bytes: int = 16384) -> None:
@@ -196,7 +199,7 @@ class LinkEstimator:
     def bandwidth(self) -> float | None:
         lat = self.latency
         rates = [n / max(s - lat, 1e-4) for n, s in self._samples if n >= self.min_bytes]
-        return float(np.median(rates)) if rates else None
+        return float(np.median(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
 
     def predict(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` to the browser and hear back, or None (not measured)."""
