@@ -7,15 +7,49 @@ any width nothing overlaps: a block that does not fit beside the others goes bel
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TsExploreError
+from ..resolve import Resolved, fallback_source, try_resolve
 
 #: the rows of controls and the blocks beside the image wrap instead of squeezing
 WRAP = {"display": "flex", "flex_flow": "row wrap", "align_items": "flex-start"}
 SPEEDS = [("1 fps", 1000), ("5 fps", 200), ("10 fps", 100), ("25 fps", 40)]
+#: the display range may differ from a frame's quantisation range by this much before the
+#: frame is quantised again (fewer distinct colours than 254 * this would show)
+REQUANTISE_BELOW = 0.5
+
+
+def as_dataset(obj: Any) -> Any:
+    """``obj`` as a Dataset (a DataArray becomes one with a single variable)."""
+    import xarray as xr
+
+    if isinstance(obj, xr.DataArray):
+        return obj.to_dataset(name=obj.name or "data")
+    if isinstance(obj, xr.Dataset):
+        return obj
+    raise TsExploreError(
+        f"explore() takes an xarray Dataset or DataArray, got {type(obj).__name__}; "
+        "open data with tse.open_dataset(...) first"
+    )
+
+
+def selection_of(ds: Any, var: str) -> Resolved:
+    """The source behind ``ds[var]`` and the selection over it (or a wrapper of its values)."""
+    found = try_resolve(ds[var])
+    if found is None:  # in memory, decoded or another backend: read it through the engine
+        found = Resolved.whole(fallback_source(ds[var], var))
+    return found
+
+
+def indices_allow(frame_clim: tuple[float, float], display: tuple[float, float]) -> bool:
+    """Whether indices quantised over ``frame_clim`` show ``display`` without a new read:
+    the display range lies inside the frame's and keeps at least half its colour steps."""
+    (flo, fhi), (dlo, dhi) = frame_clim, display
+    return flo <= dlo < dhi <= fhi and (dhi - dlo) >= REQUANTISE_BELOW * (fhi - flo)
 
 
 def block(w: Any, children: list[Any], kind: str = "VBox", **layout: Any) -> Any:
@@ -40,6 +74,71 @@ def range_toggle(w: Any, value: str) -> Any:
     return w.ToggleButtons(options=["robust", "fixed"], value=value, description="range",
                            style={"description_width": "initial", "button_width": "64px"},
                            layout=w.Layout(width="200px", flex="0 0 auto"))
+
+
+def frame_info(frame: Any, nlevels: int) -> str:
+    """The status line under the image for ``frame`` (a :class:`~tsexplore.controller.Frame`)."""
+    req = frame.whole or frame.request
+    level = f"level {req.level} of {nlevels}, " if nlevels > 1 else ""
+    if not frame.final:
+        return f"gen {frame.generation}: {level}{'overview' if frame.mode == 'base' else 'tiles'} …"
+    (y0, y1), (x0, x1) = req.region
+    ny, nx = req.out_shape
+    lo, hi = frame.clim
+    tiles = " in tiles" if frame.mode == "tile" else ""
+    return (f"gen {frame.generation}: {level}{ny}×{nx} px of y[{y0}:{y1}:{req.step[0]}] "
+            f"x[{x0}:{x1}:{req.step[1]}], {len(req.chunks)} chunks{tiles}, {frame.elapsed * 1e3:.0f} ms, "
+            f"colour range [{lo:.4g}, {hi:.4g}]")
+
+
+def hover_text(frame: Any, iy: int, ix: int) -> str:
+    """The value under the pointer at level-0 pixel ``(iy, ix)`` from ``frame`` (the complete
+    frame on screen; nothing is read), or "" when it does not hold it at level 0."""
+    if frame is None or frame.level != 0:
+        return ""
+    (y0, y1), (x0, x1) = frame.request.region
+    sy, sx = frame.request.step
+    if not (y0 <= iy < y1 and x0 <= ix < x1):
+        return ""
+    value = float(frame.data[(iy - y0) // sy, (ix - x0) // sx])
+    note = "" if (sy, sx) == (1, 1) else f" (nearest sample, every {sy}×{sx})"
+    return f"value = {value:.6g}{note}"
+
+
+def slider_rows(canvas: Any, dims: Sequence[str], canvas_dim: str | None, sizes: dict[str, int],
+                indices: dict[str, int], axes: dict[str, Any],
+                on_index: Callable[[str, int], Any]) -> tuple[list[Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """One row per slider dim: ``canvas_dim`` uses the canvas's own slider (a speed picker
+    here), the others an ipywidgets slider, play button, speed and coordinate readout.
+    Returns ``(rows, sliders, readouts, players)``."""
+    import ipywidgets as w
+
+    rows: list[Any] = []
+    sliders: dict[str, Any] = {}
+    readouts: dict[str, Any] = {}
+    players: dict[str, Any] = {}
+    for dim in dims:
+        n = sizes[dim]
+        speed = w.Dropdown(options=SPEEDS, value=200, layout=w.Layout(width="90px"))
+        if dim == canvas_dim:
+            sliders[dim] = CanvasSlider(canvas, dim, n)
+            speed.description = f"play {dim} at"
+            speed.style = {"description_width": "initial"}
+            speed.layout.width = "auto"
+            speed.observe(lambda ch: setattr(canvas, "slider", {**canvas.slider, "interval": int(ch["new"])}),
+                          "value")
+            rows.append(row(w, [speed]))
+            continue
+        slider = w.IntSlider(value=indices[dim], min=0, max=n - 1, description=dim,
+                             continuous_update=True, layout=w.Layout(width="360px"))
+        play = w.Play(value=indices[dim], min=0, max=n - 1, interval=200, description=f"play {dim}")
+        w.jslink((play, "value"), (slider, "value"))
+        w.link((speed, "value"), (play, "interval"))
+        readouts[dim] = w.Label(value=axes[dim].label(indices[dim]))
+        slider.observe(lambda ch, d=dim: on_index(d, ch["new"]), "value")
+        sliders[dim], players[dim] = slider, play
+        rows.append(row(w, [slider, play, speed, readouts[dim]]))
+    return rows, sliders, readouts, players
 
 
 class CanvasSlider:

@@ -12,16 +12,15 @@ arrive. Without a pyramid, a zoomed-out view that shows a subsample says so and 
 build one. The slider of the first other dim lives in the canvas (``slider="canvas"``, with
 its play button; the fastest path measured) or is an ipywidgets slider
 (``slider="ipywidgets"``); a click streams the profile through the pixel (bokeh).
-The Explorer is the controller's :class:`~tsexplore.controller.View`; frames are handed to the
-canvas from the controller's thread. The variable shown is exactly the selection it was
-given (``ds.temp.sel(lat=slice(...))``), found by :func:`tsexplore.resolve.try_resolve`.
+The Explorer is the controller's :class:`~tsexplore.controller.View` (frames come from the
+controller's thread, or from the comm handler itself when all is cached). The variable shown
+is exactly the selection it was given (``ds.temp.sel(lat=slice(...))``).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -29,48 +28,27 @@ import numpy as np
 from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewLevel, ViewState
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
-from ..resolve import Resolved, fallback_source, try_resolve
 from ._axes import AxisMap
 from ._kernel import Dispatcher
 from ._parts import (
-    SPEEDS,
-    CanvasSlider,
     ProfilePlot,
-    PyramidNotice,
+    as_dataset,
     block,
     dropdown,
+    frame_info,
+    hover_text,
+    indices_allow,
     range_toggle,
     row,
+    selection_of,
+    slider_rows,
 )
+from ._pyramids import ExplorerLevels
 from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
 
 SLIDERS = ("canvas", "ipywidgets")
 PROFILE_WIDTH = 300
-#: the display range may differ from a frame's quantisation range by this much before the
-#: frame is quantised again (fewer distinct colours than 254 * this would show)
-REQUANTISE_BELOW = 0.5
-
-
-def _as_dataset(obj: Any) -> Any:
-    import xarray as xr
-
-    if isinstance(obj, xr.DataArray):
-        return obj.to_dataset(name=obj.name or "data")
-    if isinstance(obj, xr.Dataset):
-        return obj
-    raise TsExploreError(
-        f"explore() takes an xarray Dataset or DataArray, got {type(obj).__name__}; "
-        "open data with tse.open_dataset(...) first"
-    )
-
-
-def _selection_of(ds: Any, var: str) -> Resolved:
-    """The source behind ``ds[var]`` and the selection over it (or a wrapper of its values)."""
-    found = try_resolve(ds[var])
-    if found is None:  # in memory, decoded or another backend: read it through the engine
-        found = Resolved.whole(fallback_source(ds[var], var))
-    return found
 
 
 class _Bound:
@@ -115,7 +93,7 @@ class Explorer:
     ) -> None:
         import ipywidgets as w
 
-        self.ds = _as_dataset(obj)
+        self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
             raise TsExploreError(f"no variable with 2 or more dims to show; got {list(self.ds.data_vars)}")
@@ -128,7 +106,6 @@ class Explorer:
             raise ConfigError(f"slider must be one of {SLIDERS}, got {slider!r}")
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
         self.slider_kind = slider
-        self.pyramid_levels, self.pyramids = levels, pyramids
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._builds = 0
@@ -138,7 +115,6 @@ class Explorer:
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
         self._profile_thread: threading.Thread | None = None
-        self._pyramid_thread: threading.Thread | None = None
         self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
@@ -164,8 +140,7 @@ class Explorer:
         self.readouts: dict[str, Any] = {}
         self.players: dict[str, Any] = {}
         self.slider_box = w.VBox()
-        can_build = pyramids is not None
-        self.notice = PyramidNotice(w, can_build, pyramids.default_target(var) if can_build else "")
+        self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
         self.profile_box = block(w, [])
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
                     row(w, [self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi])]
@@ -215,7 +190,7 @@ class Explorer:
         var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
         da = self.ds[var]
         self.da = da
-        self.selection = _selection_of(self.ds, var)
+        self.selection = selection_of(self.ds, var)
         self.source = self.selection.source
         self.geometry = PlaneGeometry.of(self.selection, ydim, xdim)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
@@ -236,7 +211,8 @@ class Explorer:
                           height=self.height, width=self.width)
         self.controller = ViewController(
             self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
-            state=state, max_chunks=self.max_chunks, clim=self._clim(), levels=self._levels(var, ydim, xdim),
+            state=state, max_chunks=self.max_chunks, clim=self._clim(),
+            levels=self.pyramid.view_levels(self.selection, self.geometry, var),
             inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
@@ -245,27 +221,6 @@ class Explorer:
         self.notice.show(None)
         self.controller.update()
 
-    def _levels(self, var: str, ydim: str, xdim: str) -> list[ViewLevel] | None:
-        """The pyramid's levels of ``var`` showing (``ydim``, ``xdim``), when the Explorer
-        shows the whole variable and only those dims are downsampled; else None. The coarse
-        levels are opened when first read."""
-        lv = self.pyramid_levels
-        if lv is None or not self.selection.is_whole or len(lv) < 2:
-            return None
-        try:
-            geo = lv.geometry(ydim, xdim, var)
-        except TsExploreError:
-            return None
-        arrays = [lv.array(k, var) for k in range(len(lv))]
-        g = self.geometry
-        others = set(g.slider_dims)
-        if (any(a is None or a[0] != g.dims for a in arrays) or arrays[0][1] != g.shape
-                or any(f.get(d, 1.0) != 1.0 for f in lv.factors for d in others)):
-            return None
-        base = ViewLevel.of(self.selection, ydim, xdim)
-        return [base] + [ViewLevel.lazy(lambda k=k: lv.sources(k)[var], *arrays[k], ydim, xdim,
-                                        geo[k].factor, geo[k].offset) for k in range(1, len(lv))]
-
     def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
         dims = self.geometry.slider_dims
         if self.slider_kind != "canvas" or not dims:
@@ -273,31 +228,10 @@ class Explorer:
         return dict(axis_spec(self.axes[dims[0]]), interval=200)
 
     def _build_sliders(self, indices: dict[str, int]) -> None:
-        import ipywidgets as w
-
-        rows = []
-        self.sliders, self.readouts, self.players = {}, {}, {}
-        for k, dim in enumerate(self.geometry.slider_dims):
-            n = int(self.da.sizes[dim])
-            speed = w.Dropdown(options=SPEEDS, value=200, layout=w.Layout(width="90px"))
-            if k == 0 and self.slider_kind == "canvas":
-                self.sliders[dim] = CanvasSlider(self.canvas, dim, n)
-                speed.description = f"play {dim} at"
-                speed.style = {"description_width": "initial"}
-                speed.layout.width = "auto"
-                speed.observe(lambda ch: setattr(self.canvas, "slider", {**self.canvas.slider,
-                                                                         "interval": int(ch["new"])}), "value")
-                rows.append(row(w, [speed]))
-                continue
-            slider = w.IntSlider(value=indices[dim], min=0, max=n - 1, description=dim,
-                                 continuous_update=True, layout=w.Layout(width="360px"))
-            play = w.Play(value=indices[dim], min=0, max=n - 1, interval=200, description=f"play {dim}")
-            w.jslink((play, "value"), (slider, "value"))
-            w.link((speed, "value"), (play, "interval"))
-            readout = w.Label(value=self.axes[dim].label(indices[dim]))
-            slider.observe(lambda ch, d=dim: self._on_index(d, ch["new"]), "value")
-            self.sliders[dim], self.readouts[dim], self.players[dim] = slider, readout, play
-            rows.append(row(w, [slider, play, speed, readout]))
+        canvas_dim = self.geometry.slider_dims[0] if self.slider_kind == "canvas" and self.geometry.slider_dims else None
+        rows, self.sliders, self.readouts, self.players = slider_rows(
+            self.canvas, self.geometry.slider_dims, canvas_dim, {d: int(self.da.sizes[d]) for d in self.da.dims},
+            indices, self.axes, self._on_index)
         self.slider_box.children = rows
 
     def _build_profile(self) -> None:
@@ -390,8 +324,7 @@ class Explorer:
             self.y_picker.value, self.x_picker.value = dims[-2], dims[-1]
             self.y_picker.observe(self._on_dims, "value")
             self.x_picker.observe(self._on_dims, "value")
-        if self.pyramids is not None:
-            self.notice.target = self.pyramids.default_target(change["new"])
+        self.pyramid.retarget(change["new"])
         self._build()
 
     def _on_dims(self, change: Any) -> None:
@@ -415,7 +348,7 @@ class Explorer:
         self.controller.clim = clim
         self.canvas.clim = None if clim is None else list(clim)  # recoloured in the browser now
         frame = self.controller.frame
-        if clim is None or frame is None or not _indices_allow(frame.clim, clim):
+        if clim is None or frame is None or not indices_allow(frame.clim, clim):
             self.controller.refresh()  # quantised again over the new range
 
     # -- the controller's View (called on its threads) --------------------------------------
@@ -429,11 +362,11 @@ class Explorer:
             dims = self.geometry.slider_dims
             index = frame.request.state.index(dims[0]) if dims else None
             self.canvas.show(frame.image, frame.extent, frame.clim, generation=gen, label=self._title(frame),
-                             index=index, mode=frame.mode, info=self._info(frame), final=frame.final)
+                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final)
             self._painted = frame.generation
             self.painted_frames += 1
         if frame.final:
-            self._check_subsampled(frame)
+            self.pyramid.check(frame, self.geometry, len(self.levels), self.var_picker.value)
 
     def _report(self, exc: BaseException) -> None:
         self.dispatch(self._show_error, exc)
@@ -446,40 +379,6 @@ class Explorer:
         parts = [f"{d}={state.index(d)} ({self.axes[d].label(state.index(d))})" for d in self.geometry.slider_dims]
         return " · ".join([self.var_picker.value, *parts])
 
-    def _info(self, frame: Frame) -> str:
-        req = frame.whole or frame.request
-        level = f"level {req.level} of {len(self.levels)}, " if len(self.levels) > 1 else ""
-        if not frame.final:
-            return f"gen {frame.generation}: {level}{'overview' if frame.mode == 'base' else 'tiles'} …"
-        (y0, y1), (x0, x1) = req.region
-        ny, nx = req.out_shape
-        lo, hi = frame.clim
-        tiles = " in tiles" if frame.mode == "tile" else ""
-        return (f"gen {frame.generation}: {level}{ny}×{nx} px of y[{y0}:{y1}:{req.step[0]}] "
-                f"x[{x0}:{x1}:{req.step[1]}], {len(req.chunks)} chunks{tiles}, {frame.elapsed * 1e3:.0f} ms, "
-                f"colour range [{lo:.4g}, {hi:.4g}]")
-
-    def _check_subsampled(self, frame: Frame) -> None:
-        """Say so when a view without pyramid levels shows a subsample (view thread)."""
-        step = frame.request.step
-        message = None
-        if len(self.levels) == 1 and max(step) > 1:
-            g = self.geometry
-            ny, nx = g.shape[g.axis(g.ydim)], g.shape[g.axis(g.xdim)]
-            message = (f"zoomed out: 1 pixel in {step[0]}×{step[1]} of this {ny:,}×{nx:,} plane is shown "
-                       f"(a subsample: there is no pyramid). ")
-            why = self._why_not_build()
-            message += "Build one to see block means at every zoom:" if why is None else why
-        if (message is not None) != self.notice.shown or message is not None:
-            self.dispatch(self.notice.show, message)
-
-    def _why_not_build(self) -> str | None:
-        if self.pyramids is None:
-            return "Build one with tse.pyramid(...) and explore tse.open_dataset(target)."
-        why = self.pyramids.why_not(self.var_picker.value, self.notice.target)
-        self.dispatch(self.notice.allow, why is None)
-        return why
-
     @property
     def painted_generation(self) -> int:
         """The controller generation of the newest frame handed to the canvas."""
@@ -487,16 +386,7 @@ class Explorer:
 
     # -- hover, click -> profile -----------------------------------------------------------
     def _hover_text(self, iy: int, ix: int) -> str:
-        frame = self.controller.frame if self.controller is not None else None
-        if frame is None or frame.level != 0:
-            return ""
-        (y0, y1), (x0, x1) = frame.request.region
-        sy, sx = frame.request.step
-        if not (y0 <= iy < y1 and x0 <= ix < x1):
-            return ""
-        value = float(frame.data[(iy - y0) // sy, (ix - x0) // sx])
-        note = "" if (sy, sx) == (1, 1) else f" (nearest sample, every {sy}×{sx})"
-        return f"value = {value:.6g}{note}"
+        return hover_text(self.controller.frame if self.controller is not None else None, iy, ix)
 
     def profile_at(self, iy: int, ix: int) -> threading.Thread | None:
         """Stream the profile through pixel ``(iy, ix)`` along the first slider dim."""
@@ -537,52 +427,22 @@ class Explorer:
     # -- building a pyramid ------------------------------------------------------------------
     def build_pyramid(self, target: str | None = None) -> threading.Thread:
         """Build the pyramid of the variable shown (into ``target``, default: the notice's
-        path) on a ``tsexplore-pyramid-*`` thread with a progress bar, then show it."""
-        if self.pyramids is None:
-            raise TsExploreError("this Explorer cannot build pyramids; use tse.pyramid(...) and "
-                                 "tse.explore(tse.open_dataset(target))")
-        if self._pyramid_thread is not None and self._pyramid_thread.is_alive():
-            return self._pyramid_thread
+        path) on a ``tsexplore-pyramid`` thread with a progress bar, then show it."""
         var, dims = self.var_picker.value, (self.y_picker.value, self.x_picker.value)
-        path = target or self.notice.target
-        thread = threading.Thread(target=self._build_pyramid, args=(var, dims, path),
-                                  name=f"tsexplore-pyramid-{self._builds}", daemon=True)
-        self._pyramid_thread = thread
-        self.notice.progress(0.0)
-        self.notice.building(True)
-        thread.start()
-        return thread
-
-    def _build_pyramid(self, var: str, dims: tuple[str, str], path: str) -> None:
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            if self._closed:
-                raise TsExploreError("the Explorer was closed while its pyramid was built")
-            now = time.monotonic()
-            if done >= total or now - last[0] > 0.2:
-                last[0] = now
-                self.dispatch(self.notice.progress, done / max(1, total))
-
-        try:
-            levels = self.pyramids.build(var, dims, path, progress)
-        except Exception as exc:  # noqa: BLE001 - shown in the notice
-            self.dispatch(self.notice.show, f"building the pyramid failed: {type(exc).__name__}: {exc}")
-            self.dispatch(self.notice.building, False)
-            return
-        if not self._closed:
-            self.dispatch(self._use_pyramid, levels)
+        return self.pyramid.build(var, dims, target, self._use_pyramid)
 
     def _use_pyramid(self, levels: Any) -> None:
         """Show the levels just built, keeping the view (kernel thread)."""
-        self.pyramid_levels = levels
-        self.notice.building(False)
-        self.notice.progress(None)
         ctl = self.controller
         if ctl is not None:
             s = ctl.state
             self._initial_view = {**dict(s.indices), "y_range": s.y_range, "x_range": s.x_range}
         self._build()
+
+    @property
+    def notice(self) -> Any:
+        """The notice under the image for zoomed-out views without a pyramid."""
+        return self.pyramid.notice
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
@@ -592,8 +452,7 @@ class Explorer:
             self.controller.close()
         if self.stats_panel is not None:
             self.stats_panel.close()
-        if self._pyramid_thread is not None:
-            self._pyramid_thread.join(5.0)
+        self.pyramid.close()
         if self.profile_plot is not None:
             self.profile_plot.close()
         self.canvas.close()
@@ -610,13 +469,6 @@ class Explorer:
 
     def __repr__(self) -> str:
         return f"<Explorer {self.var_picker.value} {self.controller!r}>"
-
-
-def _indices_allow(frame_clim: tuple[float, float], display: tuple[float, float]) -> bool:
-    """Whether indices quantised over ``frame_clim`` show ``display`` without a new read:
-    the display range lies inside the frame's and keeps at least half its colour steps."""
-    (flo, fhi), (dlo, dhi) = frame_clim, display
-    return flo <= dlo < dhi <= fhi and (dhi - dlo) >= REQUANTISE_BELOW * (fhi - flo)
 
 
 def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
