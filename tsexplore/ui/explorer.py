@@ -91,8 +91,6 @@ class Explorer:
         levels: Any = None,
         pyramids: Any = None,
     ) -> None:
-        import ipywidgets as w
-
         self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
@@ -118,6 +116,16 @@ class Explorer:
         self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
+        self.profile_plot: ProfilePlot | None = None
+        self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
+        self._observe_controls()
+        self._build()
+
+    def _make_widgets(self, var: str, x: str | None, y: str | None, cmap: str, clim: Any, aspect: str,
+                      encoding: str, stats: bool, levels: Any, pyramids: Any) -> None:
+        """The controls, the canvas, the notice, the profile's place and (maybe) the StatsPanel,
+        in blocks that wrap (see ``_parts``)."""
+        import ipywidgets as w
 
         dims = list(self.ds[var].dims)
         if (y or dims[-2]) not in dims or (x or dims[-1]) not in dims:
@@ -134,8 +142,8 @@ class Explorer:
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
-                                  encoding=encoding, dispatch=dispatch, wait_ready=True)
-        self.canvas.ack_policy = "lazy" if slider == "canvas" else "eager"
+                                  encoding=encoding, dispatch=self.dispatch.loop, wait_ready=True)
+        self.canvas.ack_policy = "lazy" if self.slider_kind == "canvas" else "eager"
         self.sliders: dict[str, Any] = {}
         self.readouts: dict[str, Any] = {}
         self.players: dict[str, Any] = {}
@@ -157,9 +165,6 @@ class Explorer:
         self.widget = w.Box(children, layout=w.Layout(display="flex", flex_flow="row wrap",
                                                       align_items="flex-start"))
         self.widget.add_class("tsexplore-explorer")
-        self.profile_plot: ProfilePlot | None = None
-        self._observe_controls()
-        self._build()
 
     def _observe_controls(self) -> None:
         self.var_picker.observe(self._on_var, "value")
