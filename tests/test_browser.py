@@ -76,7 +76,7 @@ def _layout(page, width):
     page.set_viewport_size({"width": width, "height": 1100})
     page.wait_for_timeout(700)
     found = page.evaluate(OVERLAPS, ".tsexplore-explorer")
-    page.locator(".tsexplore-explorer").first.screenshot(path=str(ARTIFACTS / f"01_explorer_{width}.png"))
+    page.screenshot(path=str(ARTIFACTS / f"01_explorer_{width}.png"))
     toggle = page.evaluate("() => [...document.querySelector('.tsexplore-explorer .widget-toggle-buttons')"
                            ".querySelectorAll('button')].map(b => b.getBoundingClientRect().top)")
     return found, toggle
@@ -131,7 +131,9 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         print(f"all cells ran after {time.monotonic() - t0:.1f} s")
 
         # the scrub cell left the cube at time=7: the canvas shows truth[7] in viridis
+        page.locator(".tse-canvas").first.scroll_into_view_if_needed()
         _wait_canvas(page, CUBE, "m.label?.startsWith('temp · time=7 ') && m.final")
+        print(f"first canvas painted after {time.monotonic() - t0:.1f} s")
         want = to_uint8(truth[7], robust_range(truth[7]))
         np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
 
@@ -218,7 +220,8 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         shown = to_uint8(level2, kernel["clim"])
         np.testing.assert_array_equal(canvas_colours(page, COUNTED, [[-0.5, 1023.5], [-0.5, 1023.5]], (256, 256)),
                                       _colours(shown))
-        page.locator(".tsexplore-explorer").nth(3).screenshot(path=str(ARTIFACTS / "01_pyramid.png"))
+        page.locator(".tse-canvas").nth(COUNTED).scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "01_pyramid.png"))
     print(f"tutorial 01 browser test: {time.monotonic() - t0:.1f} s")
     # the browser sent back the slider move, not the image (128 x 128 = 16 kB) nor echoes of
     # the StatsPanel's streamed rows and auto-ranges
