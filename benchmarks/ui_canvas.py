@@ -8,12 +8,12 @@ run (same JupyterLab, same browser, same timing) as the Explorer.
 *Pyramid*: a 65,536 x 65,536 float32 plane as an OME-NGFF pyramid on Zarr, written without
 16 GB of disk: levels 0-3 (65,536 .. 8,192) are sparse (metadata only: every chunk absent,
 read as fill with ``missing="fill"``), levels 4-8 (4,096 .. 256) are real, written by
-``tse.pyramid`` from a synthetic 4,096^2 plane. A warm kernel (imports done, engine started on
-a tiny in-memory array) opens the store with a cold cache (nothing of it in tsexplore's cache,
-its pages dropped from the OS cache), picks the level for a 1024^2 screen
-(``engine.levels.overview_plan``), reads the overview (a quick coarser picture first when the
-chosen level needs more than 4 reads) and paints it on the canvas; the page times each paint
-from the kernel's first call (``open_levels``).
+``tse.pyramid`` from a synthetic 4,096^2 plane. A warm kernel and page (imports done, engine
+started, a tiny Explorer on screen) opens the store with a cold cache (nothing of it in
+tsexplore's cache, its pages dropped from the OS cache) and shows it in an Explorer
+(``tse.explore(levels[0], levels=levels)``) on a 1024^2 screen: it picks the level, paints a
+coarser one first when the chosen level needs more than 4 reads, then the chosen level's tiles
+as they arrive; the page times each paint from the kernel's first call (``open_levels``).
 """
 
 from __future__ import annotations
@@ -127,50 +127,50 @@ def pyramid_store(path: Path, progress: bool = True) -> Path:
 
 
 PYRAMID_CELLS = [
-    "import json, time, numpy as np, tsexplore as tse\n"
-    "from tsexplore.ui.canvas import ImageCanvas\n"
-    "from tsexplore.engine.levels import overview_plan\n"
+    "import json, time, numpy as np, ipywidgets as w, tsexplore as tse\n"
+    "from IPython.display import display\n"
     "from tsexplore.pyramid import open_levels\n"
     "from tsexplore.testing.wrappers import CountingSource\n"
-    "from tsexplore.ui._frames import to_indices\n"
     "import dask.array, zarr  # what xarray and zarr import on first use: not part of opening\n"
-    "_ = tse.open_dataset(np.zeros((2, 2), np.float32)).data.values  # a warm process (engine up)\n"
     "_ = zarr.open_group(zarr.storage.MemoryStore(), mode='w')\n"
-    "c = ImageCanvas(shape=({n}, {n}), width={px}, height={px})\n"
-    "c",
+    "# a warm process and page: engine up, the Explorer's widgets and the canvas's module loaded\n"
+    "warm = tse.explore(tse.open_dataset(np.zeros((4, 4), np.float32)), width=64, height=64, stats=False)\n"
+    "out = w.Output()\n"
+    "display(w.VBox([warm.widget, out]))",
 ]
-# run by the benchmark once the canvas is on screen: open cold, plan, read, paint
+# run by the benchmark once the warm canvas is on screen: open cold, explore, show; the
+# Explorer plans, reads and paints on its own (coarse level first, then the chosen one's tiles)
 PYRAMID_RUN = """
 t0 = time.time()
+before = tse.stats()
 levels = open_levels({path!r}, missing="fill", wrap=CountingSource)
-geo = levels.geometry("y", "x")
-full = ((-0.5, {n} - 0.5), (-0.5, {n} - 0.5))
-plan = overview_plan(geo, full, ({px}, {px}))
-t_plan = time.time()
-times = {{}}
-for s, step in enumerate(plan.steps):
-    (i0, i1), (j0, j1) = step.region
-    plane = levels[step.level]["data"].isel(y=slice(i0, i1), x=slice(j0, j1)).values
-    t_read = time.time()
-    idx, rng = to_indices(plane)
-    c.show(idx, geo[step.level].region_extent(step.region), rng, mode="base" if s < len(plan.steps) - 1 else "replace",
-           label=json.dumps({{"t0": t0 * 1e3, "step": s, "level": step.level, "last": s == len(plan.steps) - 1}}))
-    times[s] = {{"read_ms": (t_read - t0) * 1e3, "sent_ms": (time.time() - t0) * 1e3}}
-stats = tse.stats()
-result = {{"open_plan_ms": (t_plan - t0) * 1e3, "steps": times, "target": plan.target,
-          "levels": [list(g.shape) for g in geo], "reads_per_level": levels.chunk_reads(),
-          "planned_reads": [s.reads for s in plan.steps], "step_levels": [s.level for s in plan.steps],
-          "decoded_bytes": stats.bytes_decoded}}
-print("TSE_RESULT " + json.dumps(result))
+ex = tse.explore(levels[0], levels=levels, width={px}, height={px}, stats=False)
+t_made = time.time()
+with out:
+    display(ex)
+print("TSE_T0 " + json.dumps({{"t0": t0 * 1e3, "made_ms": (t_made - t0) * 1e3, "shown_ms": (time.time() - t0) * 1e3}}))
 """
+PYRAMID_DONE = """
+f = ex.controller.wait(timeout=60)
+after = tse.stats()
+plan = ex.controller.plan()
+print("TSE_RESULT " + json.dumps({
+    "target": f.level, "levels": [list(lv.geometry.shape) for lv in ex.levels],
+    "reads_per_level": levels.chunk_reads(), "decoded_bytes": after.bytes_decoded - before.bytes_decoded,
+    "frames": ex.controller.counts, "step_levels": [s.level for s in plan.steps],
+    "by_encoding": ex.canvas.stats()["by_encoding"]}))
+"""
+# every paint of a canvas other than the warm one, with its time (the page's clock = the kernel's)
 PAINTED = """() => {
-  const root = document.querySelector('.tse-canvas');
-  if (!root) return null;
-  if (!root.__tse_log) {
-    root.__tse_log = [];
-    root.addEventListener('tse-paint', (e) => root.__tse_log.push({label: e.detail.label, t: Date.now()}));
+  if (!window.__tse_log) {
+    window.__tse_log = [];
+    const warm = document.querySelector('.tse-canvas');
+    document.addEventListener('tse-paint', (e) => {
+      if (e.target !== warm) window.__tse_log.push({gen: e.detail.gen, mode: e.detail.mode,
+                                                    final: e.detail.final, t: Date.now()});
+    });
   }
-  return root.__tse_log;
+  return window.__tse_log;
 }"""
 EXECUTE = """(code) => new Promise((resolve) => {
   const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
@@ -182,30 +182,35 @@ EXECUTE = """(code) => new Promise((resolve) => {
 })"""
 
 
+def _printed(text: Any, tag: str) -> dict[str, Any]:
+    line = next((t for t in str(text).splitlines() if t.startswith(tag + " ")), None)
+    if line is None:
+        raise RuntimeError(f"the pyramid cell printed no {tag}: {text!r}")
+    return dict(json.loads(line[len(tag) + 1:]))
+
+
 def pyramid_page(page: Any, store: Path, px: int) -> dict[str, Any]:
-    """Cold open -> overview painted, in the open notebook (whose canvas is on screen)."""
+    """Cold open -> the Explorer's overview painted, in the open notebook."""
     from .pagecache import cold_cache
 
     page.wait_for("document.querySelector('.tse-canvas canvas') !== null")
     page.call(PAINTED)
     time.sleep(0.5)
     cache = cold_cache(store, drop_caches=False)
-    text = page.call(EXECUTE, PYRAMID_RUN.format(path=str(store), n=PYRAMID_SIZE, px=px))
-    line = next((t for t in str(text).splitlines() if t.startswith("TSE_RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"the pyramid cell printed no result: {text!r}")
-    result = json.loads(line[len("TSE_RESULT "):])
-    deadline = time.monotonic() + 30
+    t0 = _printed(page.call(EXECUTE, PYRAMID_RUN.format(path=str(store), px=px)), "TSE_T0")
+    deadline = time.monotonic() + 60
     painted: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        painted = [dict(json.loads(p["label"]), painted_ms=p["t"] - json.loads(p["label"])["t0"])
-                   for p in page.call(PAINTED) or [] if p["label"].startswith("{")]
-        if any(p["last"] for p in painted):
+        painted = [dict(p, painted_ms=p["t"] - t0["t0"]) for p in page.call(PAINTED) or []]
+        if any(p["final"] for p in painted):
             break
         time.sleep(0.05)
+    result = _printed(page.call(EXECUTE, PYRAMID_DONE), "TSE_RESULT")
+    final = next((p for p in painted if p["final"]), None)
     result.update({
         "plane": [PYRAMID_SIZE, PYRAMID_SIZE], "screen": [px, px], "painted": painted,
+        "made_ms": t0["made_ms"], "shown_ms": t0["shown_ms"],
         "first_paint_ms": painted[0]["painted_ms"] if painted else None,
-        "overview_ms": next((p["painted_ms"] for p in painted if p["last"]), None),
+        "overview_ms": final["painted_ms"] if final else None,
         "decoded_limit": 4 * px * px * 4, "resident_after_drop": cache.get("resident_after")})
     return result

@@ -1,16 +1,21 @@
 """Tutorial 01 in JupyterLab, driven by headless Debian Chromium through Playwright.
 
-Runs every cell, moves the cube Explorer's time slider and checks, from the browser's own
-Bokeh models, that the image now holds the new slice (against the store read with zarr) and
-that the StatsPanel's numbers moved. Screenshots go to ``test-artifacts/browser/``.
-Without chromium this skips locally and FAILS under CI (``CI=true``).
+Runs every cell (plus one appended: an Explorer on a pyramid whose levels count their chunk
+reads), then checks from the canvases' own pixels against the store and the colour table:
+the cube Explorer shows the slice the scrub cell left it at; its slider (in the canvas) moves to
+the next slice, and the browser sends back only the move; a colormap picked in the browser
+repaints there, without a frame from the kernel; a wheel zoom and a drag make the kernel read
+exactly the region on screen; the pyramid's overview is read from the level that fits the
+screen (chunk reads per level) and painted coarse first, then in tiles; nothing overlaps at
+1280 and 1920 px wide and the StatsPanel's numbers move. Screenshots go to
+``test-artifacts/browser/``. Without chromium this skips locally and FAILS under CI (``CI=true``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -19,20 +24,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
-
-IMAGE_OF = """(prefix) => {
-  for (const doc of window.Bokeh?.documents ?? []) {
-    const models = [...doc.all_models];
-    const title = models.find(m => m.type === 'Title' && m.text.startsWith(prefix));
-    if (!title) continue;
-    const cds = models.find(m => m.type === 'ColumnDataSource' && m.data.image !== undefined);
-    if (!cds) continue;
-    const img = cds.data.image[0];
-    return {title: title.text, shape: img.shape, dtype: String(img.dtype), bytes: img.BYTES_PER_ELEMENT, values: Array.from(img)};
-  }
-  return null;
-}"""
 NUMBERS = "() => [...document.querySelectorAll('.tsexplore-stats-numbers')].map(e => e.textContent)"
+# canvases in the tutorial, in order: the cube, the petabyte, the pyramid; then the appended one
+CUBE, COUNTED = 0, 3
+COUNTED_CELL = (
+    "import json\n"
+    "from tsexplore.pyramid import open_levels\n"
+    "from tsexplore.testing.wrappers import CountingSource\n"
+    "lv = open_levels({path!r}, wrap=CountingSource)  # counts the chunk reads of every level\n"
+    "exp = tse.explore(lv[0], levels=lv, width=256, height=256, stats=False)\n"
+    "exp"
+)
 
 
 def _requests(text: str) -> int:
@@ -53,17 +55,59 @@ def browser_ready():
         pytest.skip(msg)
 
 
+def _colours(indices, cmap="viridis"):
+    from tsexplore.ui.canvas import palette_rgba
+
+    return palette_rgba(cmap)[indices]
+
+
+def _wait_canvas(page, n, test, timeout=60_000):
+    """Until the n-th canvas's last frame satisfies ``test`` (a JS expression of ``m``, its meta)."""
+    from tsexplore.testing.lab import CANVAS_STATE
+
+    page.wait_for_function(f"() => {{ const s = ({CANVAS_STATE})({n}); if (!s) return false; "
+                           f"const m = s.last; return !!({test}); }}", polling=100, timeout=timeout)
+    return page.evaluate(CANVAS_STATE, n)
+
+
+def _layout(page, width):
+    from tsexplore.testing.lab import OVERLAPS
+
+    page.set_viewport_size({"width": width, "height": 1100})
+    page.wait_for_timeout(700)
+    found = page.evaluate(OVERLAPS, ".tsexplore-explorer")
+    page.screenshot(path=str(ARTIFACTS / f"01_explorer_{width}.png"))
+    toggle = page.evaluate("() => [...document.querySelector('.tsexplore-explorer .widget-toggle-buttons')"
+                           ".querySelectorAll('button')].map(b => b.getBoundingClientRect().top)")
+    return found, toggle
+
+
 @pytest.mark.browser
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(480)
 def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
+    import nbformat
+    import xarray as xr
     import zarr
 
     import tsexplore as tse
     from tsexplore.controller import robust_range, to_uint8
-    from tsexplore.testing.lab import KERNEL_IDLE, TITLES, chromium, jupyterlab, run_all_cells
+    from tsexplore.testing.lab import (
+        CANVAS_STATE,
+        canvas_colours,
+        chromium,
+        execute,
+        jupyterlab,
+        run_all_cells,
+    )
 
-    shutil.copy(ROOT / "notebooks" / "01_explore.ipynb", tmp_path / "01_explore.ipynb")
+    nb = nbformat.read(ROOT / "notebooks" / "01_explore.ipynb", as_version=4)
+    counted = tmp_path / "counted_pyramid.zarr"
+    plane = tse.synthetic((1024, 1024), chunks=(64, 64), dims=("y", "x"))["data"]
+    tse.pyramid(plane, counted, min_size=64, chunks={"y": 64, "x": 64}, progress=False)
+    tse.close()
+    nb.cells.append(nbformat.v4.new_code_cell(COUNTED_CELL.format(path=str(counted))))
+    nbformat.write(nb, tmp_path / "01_explore.ipynb")
     data = tmp_path / "data"
     cube = tse.sample_data("cube", data / "cube.zarr", size="small", progress=False)
     truth = zarr.open_group(str(cube), mode="r")["temp"]
@@ -71,63 +115,118 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     env = {"TSEXPLORE_SAMPLE_SIZE": "small", "TSEXPLORE_DATA_DIR": str(data)}
     t0 = time.monotonic()
     sent_back = {"on": False, "bytes": 0}
+    errors: list[str] = []
 
     def on_ws(ws):
         if "/channels" in ws.url:
             ws.on("framesent", lambda p: sent_back.__setitem__(
                 "bytes", sent_back["bytes"] + (len(p) if sent_back["on"] else 0)))
 
+    full = [[-0.5, 127.5], [-0.5, 127.5]]
     with jupyterlab(tmp_path, env) as (url, token), chromium(tmp_path / "profile") as page:
         page.on("websocket", on_ws)
-        print(f"lab up after {time.monotonic() - t0:.1f} s")
+        page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{url}/lab/tree/01_explore.ipynb?token={token}")
-        page.wait_for_function(KERNEL_IDLE)
-        print(f"kernel idle after {time.monotonic() - t0:.1f} s")
-        run_all_cells(page)
+        run_all_cells(page, timeout_ms=240_000)
         print(f"all cells ran after {time.monotonic() - t0:.1f} s")
-        # the scrub cell left the cube at time=7
-        page.wait_for_function(f"({TITLES})().some(t => t.startsWith('temp · time=7'))", polling=200)
-        page.wait_for_timeout(600)
-        before = page.evaluate(IMAGE_OF, "temp · time=7")
-        numbers_before = page.evaluate(NUMBERS)[0]
-        page.screenshot(path=str(ARTIFACTS / "01_before_slider.png"), full_page=True)
 
-        handle = page.locator(".widget-slider .noUi-handle").first
+        # the scrub cell left the cube at time=7: the canvas shows truth[7] in viridis
+        page.locator(".tse-canvas").first.scroll_into_view_if_needed()
+        _wait_canvas(page, CUBE, "m.label?.startsWith('temp · time=7 ') && m.final")
+        print(f"first canvas painted after {time.monotonic() - t0:.1f} s")
+        want = to_uint8(truth[7], robust_range(truth[7]))
+        np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
+
+        print(f"first canvas checked after {time.monotonic() - t0:.1f} s")
+        # layout: nothing overlaps, the range toggle is one row, at 1280 and 1920 px
+        for width in (1280, 1920):
+            found, toggle = _layout(page, width)
+            assert found["count"] >= 12, found
+            assert found["overlaps"] == [], f"{width} px: {found['overlaps']}"
+            assert len(set(toggle)) == 1, f"{width} px: the range toggle's buttons at {toggle}"
+        page.set_viewport_size({"width": 1600, "height": 1200})
+        page.wait_for_timeout(300)
+        numbers_before = page.evaluate(NUMBERS)[0]
+        page.screenshot(path=str(ARTIFACTS / "01_before_slider.png"))
+
+        print(f"layout checked after {time.monotonic() - t0:.1f} s")
+        # the slider in the canvas: ArrowRight -> slice 8; only the move goes back
+        handle = page.locator(".tse-canvas-range").first
         handle.scroll_into_view_if_needed()
         handle.focus()
         sent_back["on"] = True
         handle.press("ArrowRight")
-        try:
-            page.wait_for_function(f"({TITLES})().some(t => t.startsWith('temp · time=8'))",
-                                   polling=200, timeout=90_000)
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "01_failed.png"), full_page=True)
-            state = page.evaluate("""() => ({
-                readouts: [...document.querySelectorAll('.widget-slider .widget-readout')].map(e => e.innerText),
-                active: document.activeElement?.className,
-                titles: [...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models]).filter(m => m.type === 'Title').map(m => m.text),
-                info: [...document.querySelectorAll('.widget-html-content code')].map(e => e.innerText).slice(0, 3)})""")
-            raise AssertionError(f"the slider move was not painted: {state}") from None
+        state = _wait_canvas(page, CUBE, "m.label?.startsWith('temp · time=8 ') && m.final", 90_000)
         page.wait_for_timeout(800)  # a few StatsPanel ticks
         sent_back["on"] = False
-        after = page.evaluate(IMAGE_OF, "temp · time=8")
         numbers_after = page.evaluate(NUMBERS)[0]
-        page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"), full_page=True)
-        page.locator(".tsexplore-explorer").first.screenshot(path=str(ARTIFACTS / "01_explorer.png"))
+        want = to_uint8(truth[8], robust_range(truth[8]))
+        assert state["last"]["shape"] == [128, 128] and state["last"]["index"] == 8
+        np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
 
-    # the browser holds slice 8 as one byte per pixel, colour-mapped from the store's values
-    assert after["dtype"] == "uint8" and after["bytes"] == 1 and after["shape"] == [128, 128]
-    shown = np.array(after["values"], dtype=np.uint8).reshape(after["shape"])
-    frame = truth[8]
-    # bokeh's image glyph stores row 0 at the bottom: the lowest y index, as in the store
-    np.testing.assert_array_equal(shown, to_uint8(frame, robust_range(frame)))
-    prev = np.array(before["values"], dtype=np.uint8).reshape(before["shape"])
-    np.testing.assert_array_equal(prev, to_uint8(truth[7], robust_range(truth[7])))
-    assert not np.array_equal(prev, shown)
-    # the browser sends back the slider move only: no echo of the image (128 x 128 = 16 kB)
-    # nor of the StatsPanel's streamed rows and chunk map (jupyter_bokeh echoed every patch),
-    # nor the StatsPanel's auto-ranges (4 figures x 4 range ends per tick)
+        print(f"slider checked after {time.monotonic() - t0:.1f} s")
+        # a colormap picked in the browser: recoloured there, no frame from the kernel
+        received = state["counts"]["received"]
+        page.locator(".tsexplore-explorer").first.locator("select").nth(3).select_option("magma")
+        page.wait_for_function(f"() => ({CANVAS_STATE})({CUBE}).cmap === 'magma'", polling=100)
+        page.wait_for_timeout(300)
+        np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want, "magma"))
+        assert page.evaluate(CANVAS_STATE, CUBE)["counts"]["received"] == received
+
+        print(f"colormap checked after {time.monotonic() - t0:.1f} s")
+        # wheel zoom, then drag: the kernel reads exactly the region on screen
+        canvas = page.locator(".tse-canvas canvas").first
+        box = canvas.bounding_box()
+        left, top = box["x"] + 58, box["y"] + 24
+        gen = state["last"]["gen"]
+        page.mouse.move(left + 280, top + 210)
+        page.mouse.wheel(0, -600)
+        state = _wait_canvas(page, CUBE, f"m.gen > {gen} && m.final")
+        page.mouse.move(left + 300, top + 200)
+        page.mouse.down()
+        page.mouse.move(left + 260, top + 170, steps=5)
+        page.mouse.up()
+        page.wait_for_timeout(400)
+        state = _wait_canvas(page, CUBE, f"m.gen > {state['last']['gen']} && m.final")
+        page.wait_for_timeout(300)
+        state = page.evaluate(CANVAS_STATE, CUBE)
+        kernel = json.loads(execute(page, "f = ex.controller.frame\nprint(json.dumps({'region': f.request.region, "
+                                          "'y': ex.controller.state.y_range, 'x': ex.controller.state.x_range, "
+                                          "'clim': f.clim, 'gen': f.generation, 'step': f.request.step}))"))
+        v = state["view"]
+        np.testing.assert_allclose([kernel["y"], kernel["x"]], [[v["y0"], v["y1"]], [v["x0"], v["x1"]]], atol=1e-9)
+        region = [[max(0, int(np.floor(v["y0"] + 0.5))), min(128, int(np.ceil(v["y1"] + 0.5)))],
+                  [max(0, int(np.floor(v["x0"] + 0.5))), min(128, int(np.ceil(v["x1"] + 0.5)))]]
+        assert kernel["region"] == region and kernel["step"] == [1, 1]
+        assert region[0][1] - region[0][0] < 100 and region[1][1] - region[1][0] < 100  # zoomed in
+        (y0, y1), (x0, x1) = region
+        shown = to_uint8(truth[8, y0:y1, x0:x1], kernel["clim"])
+        extent = [[y0 - 0.5, y1 - 0.5], [x0 - 0.5, x1 - 0.5]]
+        inner = (slice(1, -1), slice(1, -1))  # the edge pixels may be cut by the plot's border
+        np.testing.assert_array_equal(canvas_colours(page, CUBE, extent, shown.shape)[inner],
+                                      _colours(shown, "magma")[inner])
+        page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"))
+
+        print(f"zoom checked after {time.monotonic() - t0:.1f} s")
+        # the pyramid: 1024^2 on 256^2 pixels reads level 2 (16 chunks), level 3 (4) first
+        state = _wait_canvas(page, COUNTED, "m.final")
+        reads = json.loads(execute(page, "print(json.dumps(lv.chunk_reads()))"))
+        kernel = json.loads(execute(page, "f = exp.controller.frame\n"
+                                          "print(json.dumps({'level': f.level, 'clim': f.clim}))"))
+        assert reads == [0, 0, 16, 4, 0] and kernel["level"] == 2
+        modes = execute(page, "print(json.dumps([m['mode'] for m, _ in exp.canvas.picture()]))")
+        assert json.loads(modes) == ["base"] + ["tile"] * 16
+        level2 = xr.open_zarr(counted, group="2")["data"].values
+        shown = to_uint8(level2, kernel["clim"])
+        np.testing.assert_array_equal(canvas_colours(page, COUNTED, [[-0.5, 1023.5], [-0.5, 1023.5]], (256, 256)),
+                                      _colours(shown))
+        page.locator(".tse-canvas").nth(COUNTED).scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "01_pyramid.png"))
+    print(f"tutorial 01 browser test: {time.monotonic() - t0:.1f} s")
+    # the browser sent back the slider move, not the image (128 x 128 = 16 kB) nor echoes of
+    # the StatsPanel's streamed rows and auto-ranges
     assert sent_back["bytes"] < 6000, f"{sent_back['bytes']} bytes sent back to the kernel"
     # the stats panel's numbers moved: the slider's chunk requests were counted
     assert numbers_after != numbers_before
     assert _requests(numbers_after) >= _requests(numbers_before) + 4
+    assert not errors, errors

@@ -120,6 +120,14 @@ def test_encoding_follows_the_measured_link():
         slow.record(n, 0.002 + n / 5e6)
     assert choose_encoding(n, fast, costs) == "raw"
     assert choose_encoding(n, slow, costs) in ("png", "webp")
+    # a busy local link: 1 MiB frames of one size, acked after 20-60 ms, stay raw; and small
+    # frames always travel raw, however slow their acks (75 ms for 64 kB here)
+    busy, small = LinkEstimator(), LinkEstimator()
+    for k in range(8):
+        busy.record(n, 0.02 + 0.04 * (k % 4 != 0))
+        small.record(65536, 0.075)
+    assert choose_encoding(n, busy, costs) == "raw"
+    assert choose_encoding(65536, small, costs) == "raw"
     assert choose_encoding(n, slow, costs, allowed=("raw",)) == "raw"
     # measured costs replace the priors: a codec that barely compresses is not worth it
     bad = encode_indices(np.random.default_rng(2).integers(0, 256, (256, 256), dtype=np.uint8), "png")
@@ -233,6 +241,11 @@ def test_exact_hover_readout(canvas):
     assert canvas.sent[-1][0] == {"type": "hover", "iy": 2, "ix": 5, "text": "value = 205"}
 
 
+def labels(message):
+    meta, _ = message
+    return [meta["label"]] + [p["label"] for p in meta.get("more", [])]
+
+
 def test_a_new_view_gets_the_picture_again(canvas):
     idx = np.zeros((30, 40), np.uint8)
     canvas.show(idx, label="overview", mode="base", generation=1)
@@ -242,14 +255,33 @@ def test_a_new_view_gets_the_picture_again(canvas):
     canvas.show(idx[:10, :10], ((9.5, 19.5), (-0.5, 9.5)), label="tile b", mode="tile", generation=2)
     canvas.sent.clear()
     browser(canvas, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
-    assert [m["label"] for m, _ in frames(canvas)] == ["overview", "tile a", "tile b"]
+    (message,) = frames(canvas)  # the whole picture in one message
+    assert labels(message) == ["overview", "tile a", "tile b"] and len(message[1]) == 3
     # a new generation replaces the tiles (the base stays until a new base comes)
     browser(canvas, type="ack", ack=frames(canvas)[-1][0]["seq"])
     canvas.show(idx, label="new", generation=3)
     browser(canvas, type="ack", ack=frames(canvas)[-1][0]["seq"])
     canvas.sent.clear()
     browser(canvas, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
-    assert [m["label"] for m, _ in frames(canvas)] == ["overview", "new"]
+    assert [labels(m) for m in frames(canvas)] == [["overview", "new"]]
+
+
+def test_waiting_for_the_browser_sends_each_frame_once():
+    from tsexplore.ui.canvas import ImageCanvas
+
+    c = ImageCanvas(shape=(30, 40), width=40, height=30, dispatch=None, wait_ready=True)
+    c.sent = []
+    c.send = lambda content, buffers=None: c.sent.append((content, buffers))
+    idx = np.zeros((30, 40), np.uint8)
+    c.show(idx, label="base", mode="base", generation=1)
+    c.show(idx, label="t1", mode="tile", generation=1)
+    assert frames(c) == [] and [m["label"] for m, _ in c.picture()] == ["base", "t1"]
+    browser(c, type="ready", x=[-0.5, 39.5], y=[-0.5, 29.5], width=40, height=30)
+    assert [labels(m) for m in frames(c)] == [["base", "t1"]]
+    browser(c, type="ack", ack=frames(c)[-1][0]["seq"])
+    c.show(idx, label="next", generation=2)  # from now on, as any canvas
+    assert labels(frames(c)[-1]) == ["next"]
+    c.close()
 
 
 def test_lazy_acks_ride_on_the_next_message(canvas):
@@ -314,3 +346,38 @@ def test_server_extension_sets_nodelay_on_kernel_websockets():
     assert ext.set_nodelay(SimpleNamespace(websocket_handler=handler, log=None))
     assert calls == [True]
     assert not ext.set_nodelay(SimpleNamespace(websocket_handler=None))
+
+
+def test_tiles_waiting_behind_one_in_flight_travel_together(canvas):
+    idx = np.arange(100, dtype=np.uint8).reshape(10, 10)
+    canvas.show(idx, label="first", generation=1)
+    for k in range(4):  # tiles of generation 2 arrive while a frame is in flight
+        canvas.show(idx + k, ((10 * k - 0.5, 10 * k + 9.5), (-0.5, 9.5)), label=f"t{k}", mode="tile",
+                    generation=2, final=k == 3)
+    assert [m["label"] for m, _ in frames(canvas)] == ["first"]
+    browser(canvas, type="ack", ack=1)
+    (meta, buffers), = frames(canvas)[1:]
+    # one message: the first tile, the others in "more", one buffer each, in order
+    assert meta["label"] == "t0" and [p["label"] for p in meta["more"]] == ["t1", "t2", "t3"]
+    assert [p["final"] for p in meta["more"]] == [False, False, True]
+    assert meta["more"][1]["extent"] == [[19.5, 29.5], [-0.5, 9.5]]
+    for k, b in enumerate(buffers):
+        np.testing.assert_array_equal(np.frombuffer(bytes(b), np.uint8).reshape(10, 10), idx + k)
+    assert canvas.stats()["flow"]["sent"] == 2 and canvas.stats()["by_encoding"]["raw"] == 5
+    # a replacing frame waiting behind a tile is not taken along
+    browser(canvas, type="ack", ack=2)
+    canvas.show(idx, label="t9", mode="tile", generation=3)
+    canvas.show(idx, label="new", generation=4)
+    browser(canvas, type="ack", ack=3)
+    assert "more" not in frames(canvas)[-1][0] and frames(canvas)[-1][0]["label"] == "new"
+    # a base sent from another thread takes along the tiles that came before it left
+    browser(canvas, type="ack", ack=4)
+    canvas._home = -1  # as if called on the controller's thread: the send is handed over
+    held = []
+    canvas.dispatch = lambda fn, *args: held.append((fn, args))
+    canvas.show(idx, label="b5", mode="base", generation=5)
+    canvas.show(idx, label="t5", mode="tile", generation=5, final=True)
+    for fn, args in held:
+        fn(*args)
+    meta, buffers = frames(canvas)[-1]
+    assert meta["label"] == "b5" and [p["label"] for p in meta["more"]] == ["t5"] and len(buffers) == 2

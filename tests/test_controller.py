@@ -338,3 +338,26 @@ def test_a_selection_is_shown_exactly():
         ctl.profile_at({"y": 4, "x": 2}, "t").join(10)
     values_along, _ = list(stream_profile(found.source, geom, {"y": 4, "x": 2}, "t", engine=get_engine()))[-1]
     np.testing.assert_array_equal(values_along, sel.values[:, 4, 2])
+
+
+def test_inline_cached_views_are_shown_before_update_returns():
+    src = SyntheticSource((4, 64, 64), (1, 32, 32), options=NO_PREFETCH)
+    threads = []
+
+    class Where(FakeView):
+        def show_frame(self, frame):
+            threads.append(threading.current_thread().name)
+            super().show_frame(frame)
+
+    view = Where()
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view,
+                        inline_cached=True) as ctl:
+        ctl.wait(ctl.update(indices={"time": 1}), timeout=10)  # not cached: the view thread
+        assert threads == [f"tsexplore-view-{ctl.id}"]
+        gen = ctl.update()  # the same slice, cached now: shown before update returns
+        assert view.frames[-1].generation == gen and threads[-1] == threading.current_thread().name
+        np.testing.assert_array_equal(view.frames[-1].data, src.evaluate((slice(1, 2), slice(0, 64), slice(0, 64)))[0])
+        gen = ctl.update(indices={"time": 2})  # not cached: handed to the view thread
+        assert ctl.wait(gen, timeout=10).request.state.index("time") == 2
+        assert threads[-1] == f"tsexplore-view-{ctl.id}"
+        assert ctl.counts["reads"] == 3 and ctl.counts["frames"] == 3

@@ -92,10 +92,12 @@ def synthetic(
 
 
 def explore(obj: Any, **kwargs: Any) -> Any:
-    """An Explorer widget on a Dataset/DataArray (needs the ``lab`` extra)."""
+    """An Explorer widget on a Dataset/DataArray (needs the ``lab`` extra); a pyramid the
+    data is a level of is shown at the level that fits the screen."""
+    from .pyramid import explorer_options
     from .ui import explore as _explore
 
-    return _explore(obj, **kwargs)
+    return _explore(obj, **explorer_options(obj, kwargs))
 
 
 def stats_panel(**kwargs: Any) -> Any:

@@ -38,10 +38,12 @@ class _Accessor:
         return levels_of(self._obj)
 
     def explore(self, **kwargs: Any) -> Any:
-        """An Explorer widget on this object (needs the ``lab`` extra)."""
+        """An Explorer widget on this object (needs the ``lab`` extra); a pyramid this object
+        is a level of is shown at the level that fits the screen."""
+        from .pyramid import explorer_options
         from .ui import explore
 
-        return explore(self._obj, **kwargs)
+        return explore(self._obj, **explorer_options(self._obj, kwargs))
 
 
 class _ReduceMethods:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +58,8 @@ class Levels(Sequence[xr.Dataset]):
         self.shapes = [lv.sizes() for lv in spec.levels]
         self._datasets: dict[int, xr.Dataset] = {}
         self._sources: dict[int, dict[str, ChunkSource]] = {}
+        self._opened: dict[int, tuple[dict[str, ChunkSource], dict[str, Any], dict[str, Any]]] = {}
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self.spec.levels)
@@ -70,19 +73,32 @@ class Levels(Sequence[xr.Dataset]):
         if k not in self._datasets:
             from .xarray import open_dataset
 
-            options = SourceOptions(missing=self.missing, prefetch=self.prefetch)
-            sources, coords, attrs = open_level(self.spec, k, self.storage_options, options)
-            if self.wrap is not None:
-                sources = {name: self.wrap(src) for name, src in sources.items()}
-            self._sources[k] = sources
+            sources, coords, attrs = self._open(k)
             group = SourceGroup(sources, coords, attrs, multiscale=self.spec, level=k)
             self._datasets[k] = open_dataset(group, missing=self.missing, prefetch=self.prefetch)
         return self._datasets[k]
 
+    def _open(self, k: int) -> tuple[dict[str, ChunkSource], dict[str, Any], dict[str, Any]]:
+        with self._lock:
+            if k not in self._opened:
+                options = SourceOptions(missing=self.missing, prefetch=self.prefetch)
+                sources, coords, attrs = open_level(self.spec, k, self.storage_options, options)
+                if self.wrap is not None:
+                    sources = {name: self.wrap(src) for name, src in sources.items()}
+                self._opened[k] = (sources, coords, attrs)
+                self._sources[k] = sources
+            return self._opened[k]
+
     def sources(self, k: int) -> dict[str, ChunkSource]:
-        """The sources of level ``k`` by variable name (opening it if needed)."""
-        self[k]
-        return self._sources[k]
+        """The sources of level ``k`` by variable name (opened on first use, without the
+        Dataset: what a view reads)."""
+        return self._open(int(k))[0]
+
+    def array(self, k: int, var: str) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None:
+        """``(dims, shape, chunks)`` of ``var`` at level ``k`` from the metadata (nothing is
+        opened), or None when that level has no such array."""
+        found = next((a for a in self.spec.levels[int(k)].arrays if a.name == var), None)
+        return None if found is None else (tuple(found.dims), tuple(found.shape), tuple(found.chunks))
 
     def geometry(self, ydim: str, xdim: str, var: str | None = None) -> list[LevelGeometry]:
         """The (``ydim``, ``xdim``) plane of every level, for ``engine.levels`` planning."""
@@ -270,10 +286,26 @@ def _write_level(target: str, k: int, da: xr.DataArray, dims: tuple[str, ...], s
     return arr
 
 
+class _CallbackBar:
+    """``progress(done, total)`` called as a tqdm bar would be updated."""
+
+    def __init__(self, fn: Callable[[int, int], Any], total: int) -> None:
+        self.fn, self.total, self.done = fn, int(total), 0
+        fn(0, self.total)
+
+    def update(self, n: int) -> None:
+        self.done += int(n)
+        self.fn(self.done, self.total)
+
+    def close(self) -> None:
+        pass
+
+
 def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = None, method: str = "mean", *,
             var: str | None = None, dims: Sequence[str] | None = None, chunks: dict[str, int] | None = None,
-            min_size: int = 256, max_mem: int = 256 * 2**20, progress: bool = True,
-            overwrite: bool = False, storage_options: dict[str, Any] | None = None) -> Path | str:
+                    min_size: int = 256, max_mem: int = 256 * 2**20,
+            progress: bool | Callable[[int, int], Any] = True, overwrite: bool = False,
+            storage_options: dict[str, Any] | None = None) -> Path | str:
     """Write the multiscale levels of ``source`` (a path, Dataset or DataArray; ``var``
     picks the variable) to ``target`` as an OME-NGFF v0.5 image on Zarr v3.
 
@@ -281,7 +313,9 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
     levels including level 0 (default: until the plane fits ``min_size`` pixels);
     ``method``: ``"mean"`` (block means, NaN-skipping) or ``"nearest"``; ``chunks``: per dim
     (default: the source's chunks, at most 256 along ``dims``); ``max_mem``: bytes one block
-    may take while it is downsampled. Returns the target.
+    may take while it is downsampled; ``progress``: a progress bar (tqdm: a widget in a
+    notebook), or a callable ``progress(bytes_done, bytes_total)`` (an exception it raises
+    stops the build). Returns the target.
     """
     import zarr
 
@@ -305,7 +339,11 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
         "metadata": {"method": f"xarray.DataArray.{'coarsen(..).mean' if method == 'mean' else 'isel(::2)'}",
                      "version": xr.__version__, "writer": "tsexplore.pyramid"}}]}
     itemsize = np.dtype(da.dtype).itemsize
-    bar = _make_bar(sum(math.prod(s) for s in shapes) * itemsize, f"pyramid {path}") if progress else None
+    total = sum(math.prod(s) for s in shapes) * itemsize
+    if callable(progress):
+        bar: Any = _CallbackBar(progress, total)
+    else:
+        bar = _make_bar(total, f"pyramid {path}") if progress else None
     previous: Any = None
     for k, shape in enumerate(shapes):
         chunks_k = tuple(min(want[str(d)], s) for d, s in zip(da.dims, shape))
@@ -317,3 +355,64 @@ def pyramid(source: Any, target: str | os.PathLike[str], levels: int | None = No
         warnings.simplefilter("ignore")
         zarr.consolidate_metadata(root.store)
     return Path(path) if "://" not in path else path
+
+
+# -- the Explorer's pyramids --------------------------------------------------------------------
+
+
+#: the largest variable (with its levels) the Explorer's button builds a pyramid of
+MAX_BUILD_BYTES = 64 * 2**30
+
+
+class ExplorerPyramids:
+    """What an Explorer needs to build the pyramid a variable of ``obj`` lacks (its "build a
+    pyramid" button): a default place next to the store, and the build itself."""
+
+    def __init__(self, obj: xr.Dataset | xr.DataArray) -> None:
+        self.obj = obj
+
+    def default_target(self, var: str) -> str:
+        """``<store>_<var>_pyramid.zarr`` beside a local store, else in the working folder."""
+        from .resolve import source_behind
+
+        da = self.obj if isinstance(self.obj, xr.DataArray) else self.obj[var]
+        root = getattr(source_behind(da), "root", None)
+        if isinstance(root, str) and "://" not in root and root:
+            store = Path(root.rstrip("/"))
+            return str(store.with_name(f"{store.stem}_{var}_pyramid.zarr"))
+        return str(Path.cwd() / f"{var}_pyramid.zarr")
+
+    def why_not(self, var: str, target: str) -> str | None:
+        """Why a pyramid of ``var`` should not be built into ``target`` here (None: it can):
+        a variable larger than :data:`MAX_BUILD_BYTES`, or not room enough on that disk."""
+        import shutil
+
+        da = self.obj if isinstance(self.obj, xr.DataArray) else self.obj[var]
+        need = int(da.nbytes) * 4 // 3  # level 0 and the levels below it (a quarter each)
+        if need > MAX_BUILD_BYTES:
+            return (f"{var} is {need / 1e12:.3g} TB with its levels: build its pyramid with "
+                    "tse.pyramid(...) where there is room and time, then open that")
+        folder = Path(target).parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if "://" not in target and shutil.disk_usage(folder).free < need:
+            return f"{folder} has less than the {need / 1e9:.3g} GB free that the pyramid of {var} needs"
+        return None
+
+    def build(self, var: str, dims: Sequence[str], target: str,
+              progress: Callable[[int, int], Any] | bool = True) -> Levels:
+        """Write the pyramid of ``var`` halving ``dims`` to ``target``; its :class:`Levels`."""
+        pyramid(self.obj, target, var=var if isinstance(self.obj, xr.Dataset) else None,
+                dims=tuple(dims), progress=progress)
+        return open_levels(target)
+
+
+def explorer_options(obj: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for :func:`tsexplore.ui.explore` with the pyramid of ``obj`` (if it is a
+    level of one) and the means to build one, unless given."""
+    out = dict(kwargs)
+    if isinstance(obj, (xr.Dataset, xr.DataArray)):
+        if "levels" not in out:
+            out["levels"] = levels_of(obj)
+        out.setdefault("pyramids", ExplorerPyramids(obj))
+    return out

@@ -7,9 +7,15 @@ controller never imports a widget library and is tested with a mock :class:`View
   :class:`ViewRequest`, and the colour mapping (:func:`robust_range`, :func:`to_uint8`).
 - :mod:`.view`: :class:`ViewController` and the :class:`View` it reports to.
 - :mod:`.profile`: the profile through one pixel, streamed chunk by chunk (:class:`Profile`).
+- :mod:`.levels` (pure): pyramid levels (:class:`ViewLevel`) and :func:`plan_view`: the level
+  that fits the screen, a coarser picture first, the tiles of a progressive read.
+- :mod:`.reading`: one generation's frames read through the engine, whole or tile by tile.
 """
 
+from .levels import ViewLevel, ViewPlan, plan_view, tile_requests
 from .planning import (
+    FRAME_MODES,
+    Extent,
     Frame,
     PlaneGeometry,
     Range,
@@ -23,17 +29,23 @@ from .profile import Profile, profile_chunks, stream_profile
 from .view import View, ViewController
 
 __all__ = [
+    "FRAME_MODES",
+    "Extent",
     "Frame",
     "PlaneGeometry",
     "Profile",
     "Range",
     "View",
     "ViewController",
+    "ViewLevel",
+    "ViewPlan",
     "ViewRequest",
     "ViewState",
     "profile_chunks",
     "resolve",
     "robust_range",
+    "plan_view",
     "stream_profile",
+    "tile_requests",
     "to_uint8",
 ]

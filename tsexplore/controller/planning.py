@@ -27,6 +27,7 @@ from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
 
 Range = tuple[float, float]
+Extent = tuple[Range, Range]  # ((y_lo, y_hi), (x_lo, x_hi)): edges in index coordinates
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,31 @@ class ViewRequest:
     step: tuple[int, int]  # (sy, sx)
     chunks: tuple[ChunkIndex, ...] = field(repr=False)
     transpose: bool = False  # xdim comes before ydim in the source's dims
+    #: the pyramid level read (0: the array itself) and where its pixels go, in level-0
+    #: index edges (None: ``covered``, the region itself at level 0)
+    level: int = 0
+    extent: Extent | None = None
 
     @property
     def out_shape(self) -> tuple[int, int]:
         (y0, y1), (x0, x1) = self.region
         return (len(range(y0, y1, self.step[0])), len(range(x0, x1, self.step[1])))
+
+    @property
+    def covered(self) -> Extent:
+        """Edges (in this level's index coordinates) of the pixels read, each ``step`` wide."""
+        (y0, y1), (x0, x1) = self.region
+        return (_edges(y0, y1, self.step[0]), _edges(x0, x1, self.step[1]))
+
+    @property
+    def base_extent(self) -> Extent:
+        """Where the frame goes, in level-0 index edges."""
+        return self.covered if self.extent is None else self.extent
+
+
+def _edges(start: int, stop: int, step: int) -> Range:
+    n = len(range(start, stop, step))
+    return (start - 0.5, start + n * step - 0.5)
 
 
 def _clip_range(rng: Range | None, n: int) -> tuple[int, int]:
@@ -134,15 +155,23 @@ def _chunks_along(start: int, stop: int, step: int, clen: int) -> int:
     return (start + (n - 1) * step) // clen - start // clen + 1
 
 
+def _span(rng: Range | None, n: int) -> float:
+    return float(n) if rng is None else abs(float(rng[1]) - float(rng[0]))
+
+
 def resolve(
     state: ViewState, geom: PlaneGeometry, generation: int = 0, *, max_chunks: int = 256
 ) -> ViewRequest:
-    """Pure planning: the read that shows ``state`` at screen resolution (no I/O)."""
+    """Pure planning: the read that shows ``state`` at screen resolution (no I/O).
+
+    The step along an axis is the view's index units per screen pixel, rounded up (a view
+    wider than the array, e.g. widened to square pixels, shows it smaller, not finer).
+    """
     ay, ax = geom.axis(geom.ydim), geom.axis(geom.xdim)
     ny, nx = geom.shape[ay], geom.shape[ax]
     (y0, y1), (x0, x1) = _clip_range(state.y_range, ny), _clip_range(state.x_range, nx)
-    sy = max(1, math.ceil((y1 - y0) / max(1, state.height)))
-    sx = max(1, math.ceil((x1 - x0) / max(1, state.width)))
+    sy = max(1, math.ceil(_span(state.y_range, ny) / max(1, state.height) - 1e-9))
+    sx = max(1, math.ceil(_span(state.x_range, nx) / max(1, state.width) - 1e-9))
     cy, cx = geom.chunks[ay], geom.chunks[ax]
     # coarser when one sample per pixel would touch more than max_chunks chunks
     while _chunks_along(y0, y1, sy, cy) * _chunks_along(x0, x1, sx, cx) > max(1, max_chunks):
@@ -207,16 +236,39 @@ def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
     return out
 
 
+#: how a frame is painted: the whole picture, an overview kept under the others, or one
+#: piece added to the picture of its generation (a progressive read)
+FRAME_MODES = ("replace", "base", "tile")
+
+
 @dataclass(frozen=True)
 class Frame:
-    """A finished frame: the data on screen (row = y index ascending) and its colour image."""
+    """A frame: the data on screen (row = y index ascending) and its colour image.
+
+    A generation is shown by one ``"replace"`` frame, or progressively: a ``"base"`` (a
+    coarser level, the whole view at once) then ``"tile"`` frames (pieces of the chosen
+    level as their chunks arrive). ``final`` marks the last frame of a generation.
+    """
 
     request: ViewRequest
     data: np.ndarray = field(repr=False)
     image: np.ndarray = field(repr=False)  # uint8, same shape as data, 0 = NaN
     clim: Range
     elapsed: float  # seconds from issuing the read to the finished image
+    mode: str = "replace"
+    final: bool = True
+    #: of a tile: the read of its whole generation (None: ``request`` is the whole)
+    whole: ViewRequest | None = field(default=None, repr=False)
 
     @property
     def generation(self) -> int:
         return self.request.generation
+
+    @property
+    def level(self) -> int:
+        return self.request.level
+
+    @property
+    def extent(self) -> Extent:
+        """Where the image goes: edges in level-0 index coordinates."""
+        return self.request.base_extent

@@ -11,6 +11,12 @@ dropped. A newer generation cancels the queued chunk reads of the older one in t
 (:meth:`~tsexplore.engine.Engine.cancel`), and a frame is only delivered when it is newer than
 the last one delivered. Profiles (:meth:`ViewController.profile_at`) follow the same rule: a
 newer click stops the older stream, and only the newest profile reaches the view.
+
+With ``levels`` (a pyramid: :class:`~tsexplore.controller.levels.ViewLevel`, finest first) each
+generation reads the level whose resolution matches the screen; when that level is not
+cached, a coarser one that is (or that takes at most a few reads) is shown first as a
+``"base"`` frame, then the chosen level's chunks as ``"tile"`` frames as they arrive
+(:func:`~tsexplore.controller.levels.plan_view`).
 """
 
 from __future__ import annotations
@@ -18,26 +24,27 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from ..engine import Engine
-from ..engine.array import read_selection
+from ..engine.levels import LevelGeometry
 from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
-from ..sources.base import ChunkSource
-from .planning import (
-    Frame,
-    PlaneGeometry,
-    Range,
-    ViewRequest,
-    ViewState,
-    resolve,
-    robust_range,
-    to_uint8,
+from ..sources.base import ChunkIndex, ChunkSource
+from .levels import (
+    QUICK_CHUNKS,
+    ViewLevel,
+    ViewPlan,
+    check_levels,
+    level_state,
+    plan_view,
+    view_extent,
 )
+from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, stream_profile
+from .reading import read_frame, read_tiles
 
 #: seconds between two partial profiles sent to the view while one streams
 PROFILE_INTERVAL = 0.2
@@ -65,8 +72,12 @@ class ViewController:
     ``source`` is a :class:`~tsexplore.sources.ChunkSource` or a
     :class:`~tsexplore.resolve.Resolved` selection of one; ``geometry`` the plane it shows.
     The ``view`` (optional) is told of every delivered frame (in increasing generation
-    order), every failed read and every profile. Use as a context manager, or call
-    :meth:`close`.
+    order), every failed read and every profile. ``levels``: coarser versions of the same
+    plane (a pyramid, finest first, level 0 being ``source`` itself), see the module
+    docstring. ``inline_cached``: a view whose chunks are all cached is read and delivered
+    on the thread that called :meth:`update` (a few milliseconds of copying and colour
+    mapping, no I/O, no thread hop), the others on the view thread as always. Use as a
+    context manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -82,6 +93,9 @@ class ViewController:
         percentiles: tuple[float, float] = (2.0, 98.0),
         timeout: float | None = None,
         cancel_after: float = 0.1,
+        levels: Sequence[ViewLevel] | None = None,
+        quick_chunks: int = QUICK_CHUNKS,
+        inline_cached: bool = False,
     ) -> None:
         if max_chunks < 1:
             raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
@@ -93,10 +107,14 @@ class ViewController:
         self.id = next(_ids)
         self.source = self.selection.source
         self.geometry = geometry if geometry.selection is not None else replace(geometry, selection=self.selection)
+        self.levels = self._levels(levels)
         self.engine = engine
         self.view = view
         self.channel = f"explorer-{self.id}"
         self.max_chunks = int(max_chunks)
+        self.quick_chunks = int(quick_chunks)
+        #: show a view whose chunks are all cached on the thread that asked for it
+        self.inline_cached = bool(inline_cached)
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
@@ -105,21 +123,44 @@ class ViewController:
         self._cancel_timer: threading.Timer | None = None
         self._cond = threading.Condition()
         self._state = state or ViewState()
-        resolve(self._state, self.geometry, 0, max_chunks=self.max_chunks)  # validate early
+        self._check_indices(self._state)
         self._generation = 0
-        self._pending: ViewRequest | None = None
-        self._outstanding: ViewRequest | None = None
+        self._pending: tuple[int, ViewState] | None = None
+        self._outstanding: tuple[int, ViewState] | None = None
         self._delivered = -1
         self._frame: Frame | None = None
         self._pinned: list[Any] = []
         self._profile_gen = 0
         self.profile_thread: threading.Thread | None = None
         self._closed = False
-        #: counters: updates received, slab reads issued, frames delivered, cancelled, errors
-        self.counts = dict.fromkeys(("updates", "reads", "frames", "cancelled", "errors"), 0)
+        #: counters: updates received, generations read, frames delivered (pieces included),
+        #: cancelled, errors, and reads shown progressively (a coarser level first)
+        self.counts = dict.fromkeys(("updates", "reads", "frames", "cancelled", "errors", "progressive"), 0)
         self.last_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"tsexplore-view-{self.id}", daemon=True)
         self._thread.start()
+
+    def _levels(self, levels: Sequence[ViewLevel] | None) -> tuple[ViewLevel, ...]:
+        g = self.geometry
+        ay, ax = g.axis(g.ydim), g.axis(g.xdim)
+        base = ViewLevel(g, LevelGeometry((g.shape[ay], g.shape[ax]), (g.chunks[ay], g.chunks[ax])))
+        if not levels:
+            return (base,)
+        found = tuple(levels)
+        first = found[0]
+        if first.plane.shape != g.shape or first.plane.dims != g.dims or first.geometry.factor != (1.0, 1.0):
+            raise ConfigError(f"level 0 of the pyramid ({first.plane.dims} {first.plane.shape}, factor "
+                              f"{first.geometry.factor}) is not the array shown ({g.dims} {g.shape})")
+        out = (replace(base, geometry=replace(base.geometry, chunks=first.geometry.chunks)), *found[1:])
+        check_levels(out)
+        return out
+
+    def _check_indices(self, state: ViewState) -> None:
+        g = self.geometry
+        for dim in g.slider_dims:
+            i, n = state.index(dim), g.shape[g.axis(dim)]
+            if not 0 <= i < n:
+                raise ConfigError(f"index {i} of {dim!r} is outside 0..{n - 1}")
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -132,7 +173,7 @@ class ViewController:
 
     @property
     def frame(self) -> Frame | None:
-        """The newest delivered frame."""
+        """The newest complete frame (of a progressive read: the whole of it)."""
         return self._frame
 
     @property
@@ -144,9 +185,30 @@ class ViewController:
         """The newest profile asked for (only it reaches the view)."""
         return self._profile_gen
 
+    def _is_cached(self, level: int, index: ChunkIndex) -> bool:
+        lv = self.levels[level]
+        return lv.opened and self.engine.key(lv.source, index) in self.engine.cache
+
+    def plan(self, state: ViewState | None = None, generation: int | None = None) -> ViewPlan:
+        """The reads that show ``state`` (default: the current one) now: the level chosen for
+        the screen, and a coarser picture first when that level is not cached. Nothing is read."""
+        return plan_view(self._state if state is None else state, self.levels,
+                         self._generation if generation is None else generation,
+                         cached=self._is_cached, max_chunks=self.max_chunks,
+                         quick_chunks=self.quick_chunks)
+
     def request(self) -> ViewRequest:
-        """The read that shows the current state (pure; nothing is read)."""
-        return resolve(self._state, self.geometry, self._generation, max_chunks=self.max_chunks)
+        """The read that shows the current state, at the level chosen for the screen."""
+        return self.plan().steps[-1]
+
+    def level_view(self, level: int | None = None) -> tuple[ViewLevel, ViewState]:
+        """Level ``level`` (default: the one chosen for the current view) and the current
+        state in its index coordinates."""
+        k = self.request().level if level is None else int(level)
+        lv = self.levels[k]
+        if k == 0:
+            return lv, self._state
+        return lv, level_state(self._state, lv, view_extent(self._state, self.levels[0]))
 
     def update(self, **changes: Any) -> int:
         """Change the view (``indices={dim: i}``, ranges, size); returns the new generation.
@@ -158,16 +220,39 @@ class ViewController:
             raise TsExploreError("this view controller is closed; create a new Explorer")
         with self._cond:
             state = self._state.evolve(**changes)
+            self._check_indices(state)
             self._generation += 1
             gen = self._generation
-            request = resolve(state, self.geometry, gen, max_chunks=self.max_chunks)
             self._state = state
-            self._pending = request
             self.counts["updates"] += 1
-            self._cond.notify_all()
-        self._cancel_stale()
+            inline = (self.inline_cached and self._outstanding is None and self._pending is None
+                      and threading.current_thread() is not self._thread)
+            if inline:
+                self._outstanding = (gen, state)
+            else:
+                self._pending = (gen, state)
+                self._cond.notify_all()
+        if inline:
+            self._inline(gen, state)
+        else:
+            self._cancel_stale()
         return gen
 
+    def _inline(self, generation: int, state: ViewState) -> None:
+        """Show ``generation`` on the caller's thread when every chunk it needs is cached
+        (``inline_cached``: no thread hop, the frame leaves before the caller returns); else
+        hand it to the view thread."""
+        plan = self.plan(state, generation)
+        if not plan.progressive and all(self._is_cached(plan.target, c) for c in plan.steps[-1].chunks):
+            with self._cond:
+                self.counts["reads"] += 1
+            self._run_job(generation, state)
+            return
+        with self._cond:
+            self._outstanding = None
+            if self._pending is None or self._pending[0] < generation:
+                self._pending = (generation, state)
+            self._cond.notify_all()
     def _cancel_stale(self) -> None:
         """Cancel the queued chunk reads of the read in flight when a newer request waits.
 
@@ -219,76 +304,92 @@ class ViewController:
             assert self._frame is not None
             return self._frame
 
+
     # -- the view thread -------------------------------------------------------------------
-    def _next_request(self) -> ViewRequest | None:
+    def _next_request(self) -> tuple[int, ViewState] | None:
         with self._cond:
             while self._pending is None and not self._closed:
                 self._cond.wait(0.5)
             if self._closed:
                 return None
-            request = self._pending
+            job = self._pending
             self._pending = None
-            self._outstanding = request
+            self._outstanding = job
             self._issued_at = time.monotonic()
             self.counts["reads"] += 1
-            return request
+            return job
 
     def _run(self) -> None:
-        while (request := self._next_request()) is not None:
-            try:
-                frame = self._read(request)
-            except RequestCancelledError:
-                with self._cond:
-                    self.counts["cancelled"] += 1
-                    self._outstanding = None
-                continue
-            except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
-                with self._cond:
-                    self.counts["errors"] += 1
-                    self.last_error = exc
-                    self._outstanding = None
-                    self._cond.notify_all()
-                if self.view is not None and not self._closed:
-                    self.view.show_error(exc)
-                continue
-            self._deliver(request, frame)
+        while (job := self._next_request()) is not None:
+            self._run_job(*job)
 
-    def _deliver(self, request: ViewRequest, frame: Frame) -> None:
+    def _run_job(self, generation: int, state: ViewState) -> None:
+        try:
+            self._show(generation, state)
+        except RequestCancelledError:
+            with self._cond:
+                self.counts["cancelled"] += 1
+                self._outstanding = None
+                self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+            with self._cond:
+                self.counts["errors"] += 1
+                self.last_error = exc
+                self._outstanding = None
+                self._cond.notify_all()
+            if self.view is not None and not self._closed:
+                self.view.show_error(exc)
+
+    def _stale(self, generation: int) -> bool:
+        return self._closed or self._generation > generation
+
+    def _show(self, generation: int, state: ViewState) -> None:
+        """Read and deliver one generation: one frame, or a coarser base and then tiles."""
+        started = time.perf_counter()
+        plan = self.plan(state, generation)
+        target = plan.steps[-1]
+        level = self.levels[target.level]
+        kw: dict[str, Any] = {"channel": self.channel, "timeout": self.timeout, "started": started}
+        if not plan.progressive:
+            frame = read_frame(self.engine, level, target, clim=self.clim, percentiles=self.percentiles, **kw)
+            self._deliver(frame)
+            return
         with self._cond:
-            self._outstanding = None
+            self.counts["progressive"] += 1
+        first = plan.steps[0]
+        base = read_frame(self.engine, self.levels[first.level], first, clim=self.clim,
+                          percentiles=self.percentiles, mode="base", final=False, **kw)
+        self._deliver(base)
+        for frame in read_tiles(self.engine, level, target, plan.order, clim=base.clim,
+                                stale=lambda: self._stale(generation), **kw):
+            self._deliver(frame, show=frame.mode == "tile")
+
+    def _deliver(self, frame: Frame, show: bool = True) -> None:
+        """Hand ``frame`` to the view unless a newer generation was completed meanwhile; a
+        complete (``"replace"``, ``final``) frame ends its generation."""
+        complete = frame.final and frame.mode == "replace"
+        with self._cond:
             fresh = frame.generation > self._delivered and not self._closed
-            if fresh:
+            if complete:
+                self._outstanding = None
+            if fresh and complete:
                 self._delivered = frame.generation
                 self._frame = frame
-                self.counts["frames"] += 1
                 self.last_error = None
+            if fresh and show:
+                self.counts["frames"] += 1
             self._cond.notify_all()
-        if fresh:
-            self._pin(request)
-            if self.view is not None:
-                try:
-                    self.view.show_frame(frame)
-                except Exception as exc:  # noqa: BLE001 - a view bug must not kill the thread
-                    self.last_error = exc
-
-    def _read(self, request: ViewRequest) -> Frame:
-        t0 = time.perf_counter()
-        data = read_selection(
-            self.source,
-            request.key,
-            channel=self.channel,
-            generation=request.generation,
-            timeout=self.timeout,
-            engine=self.engine,
-        )
-        if request.transpose:
-            data = data.T
-        clim = self.clim if self.clim is not None else robust_range(data, self.percentiles)
-        image = to_uint8(data, clim)
-        return Frame(request, data, image, clim, time.perf_counter() - t0)
+        if fresh and complete:
+            self._pin(frame.request)
+        if fresh and show and self.view is not None:
+            try:
+                self.view.show_frame(frame)
+            except Exception as exc:  # noqa: BLE001 - a view bug must not kill the thread
+                self.last_error = exc
 
     def _pin(self, request: ViewRequest) -> None:
-        keys = [self.engine.key(self.source, idx) for idx in request.chunks]
+        source = self.levels[request.level].source
+        keys = [self.engine.key(source, idx) for idx in request.chunks]
         self.engine.cache.pin(keys)
         old, self._pinned = self._pinned, keys
         if old:

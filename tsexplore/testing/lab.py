@@ -131,3 +131,89 @@ def run_all_cells(page: Any, timeout_ms: int = 120_000) -> None:
     errors = page.evaluate(ERRORS)
     if errors:
         raise AssertionError("a cell failed in the browser:\n" + "\n".join(errors)[-3000:])
+
+
+# -- the image canvas and the Explorer, seen from the page -----------------------------------------
+
+EXECUTE = """(code) => new Promise((resolve) => {
+  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const f = k.requestExecute({code});
+  let text = '';
+  f.onIOPub = (m) => { if (m.header.msg_type === 'stream') text += m.content.text;
+                       if (m.header.msg_type === 'error') text += 'ERROR ' + m.content.evalue; };
+  f.done.then(() => resolve(text));
+})"""
+# the colours the n-th canvas shows at the centres of the pixels of a frame covering
+# ``extent`` (index edges) with ``shape`` (rows, columns): RGBA, row 0 = lowest y index, base64
+CANVAS_SAMPLES = """([n, extent, shape]) => {
+  const root = document.querySelectorAll('.tse-canvas')[n];
+  const s = [...window.__tse_canvases].find(st => [...st.views].some(v => v.el === root));
+  const [l, t, w, h] = root.dataset.plot.split(',').map(Number);
+  const v = s.view, lower = s.model.get('y_origin') === 'lower', dpr = window.devicePixelRatio || 1;
+  const [[ey0, ey1], [ex0, ex1]] = extent, [fh, fw] = shape;
+  const g = root.querySelector('canvas').getContext('2d'), W = g.canvas.width;
+  const all = g.getImageData(0, 0, W, g.canvas.height).data;
+  const out = new Uint8Array(fh * fw * 4);
+  for (let r = 0; r < fh; r++) {
+    const y = ey0 + (r + 0.5) * (ey1 - ey0) / fh;
+    const py = Math.floor((t + (lower ? v.y1 - y : y - v.y0) / (v.y1 - v.y0) * h) * dpr);
+    for (let c = 0; c < fw; c++) {
+      const x = ex0 + (c + 0.5) * (ex1 - ex0) / fw;
+      const px = Math.floor((l + (x - v.x0) / (v.x1 - v.x0) * w) * dpr);
+      for (let k = 0; k < 4; k++) out[(r * fw + c) * 4 + k] = all[(py * W + px) * 4 + k];
+    }
+  }
+  let text = '';  // base64: one string crosses to the driver, not an array of numbers
+  for (let i = 0; i < out.length; i += 8192) text += String.fromCharCode(...out.subarray(i, i + 8192));
+  return btoa(text);
+}"""
+# the n-th canvas's browser-side state: its view (index edges), counts, last frame's meta
+CANVAS_STATE = """(n) => {
+  const root = document.querySelectorAll('.tse-canvas')[n];
+  const s = root && [...(window.__tse_canvases ?? [])].find(st => [...st.views].some(v => v.el === root));
+  if (!s) return null;
+  const m = s.last || {};
+  return {view: s.view, counts: {...s.counts}, cmap: s.model.get('cmap'), dataset: {...root.dataset},
+          last: {gen: m.gen, mode: m.mode, final: m.final, label: m.label, extent: m.extent, clim: m.clim,
+                 shape: m.shape, index: m.index}};
+}"""
+# every visible widget, plot and canvas inside ``selector``'s first match, and the pairs of
+# them (neither inside the other) whose boxes overlap by more than one square pixel
+OVERLAPS = """(selector) => {
+  const root = document.querySelector(selector);
+  const kinds = ['.widget-dropdown', '.widget-toggle-buttons', '.widget-text', '.widget-html',
+                 '.widget-button', '.widget-slider', '.widget-play', '.widget-label', '.widget-progress',
+                 '.tse-canvas', '.bk-Figure', '.bk-Column', '.tsexplore-stats-numbers'];
+  const found = [...root.querySelectorAll(kinds.join(','))].filter((e) => {
+    const b = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return b.width > 0 && b.height > 0 && st.visibility !== 'hidden' && e.offsetParent !== null;
+  });
+  const box = (e) => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+  const name = (e) => `${e.tagName.toLowerCase()}.${[...e.classList].slice(0, 3).join('.')}` +
+    (e.textContent ? ` "${e.textContent.trim().slice(0, 24)}"` : '');
+  const overlaps = [];
+  for (let i = 0; i < found.length; i++) for (let j = i + 1; j < found.length; j++) {
+    const a = found[i], b = found[j];
+    if (a.contains(b) || b.contains(a)) continue;
+    const [l1, t1, r1, b1] = box(a), [l2, t2, r2, b2] = box(b);
+    const area = Math.max(0, Math.min(r1, r2) - Math.max(l1, l2)) * Math.max(0, Math.min(b1, b2) - Math.max(t1, t2));
+    if (area > 1) overlaps.push([name(a), name(b), Math.round(area)]);
+  }
+  return {count: found.length, overlaps, boxes: found.map((e) => [name(e), box(e).map(Math.round)])};
+}"""
+
+
+def execute(page: Any, code: str) -> str:
+    """Run ``code`` in the open notebook's kernel; its printed output (and errors)."""
+    return str(page.evaluate(EXECUTE, code))
+
+
+def canvas_colours(page: Any, n: int, extent: Any, shape: tuple[int, int]) -> Any:
+    """What the ``n``-th canvas shows at the pixel centres of a frame (``CANVAS_SAMPLES``), as a
+    ``(rows, columns, 4)`` uint8 array."""
+    import numpy as np
+
+    import base64
+
+    text = page.evaluate(CANVAS_SAMPLES, [n, [list(map(float, e)) for e in extent], list(shape)])
+    return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape[0], shape[1], 4)

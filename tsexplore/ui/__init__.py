@@ -1,11 +1,13 @@
-"""The Jupyter UI: the Explorer and the live StatsPanel (ipywidgets + holoviews/bokeh).
+"""The Jupyter UI: the Explorer, its image canvas and the live StatsPanel.
 
-The only package that imports ipywidgets, holoviews, bokeh, panel or IPython. In a notebook,
-load the plotting extension once with
-``hv.extension('bokeh', inline=True, comms='ipywidgets')``.
+The only package that imports ipywidgets, anywidget, holoviews, bokeh, panel or IPython. The
+Explorer draws on :class:`ImageCanvas` (an anywidget: ``uint8`` frames coloured in the
+browser); its profile plot and the StatsPanel are bokeh, so in a notebook load the plotting
+extension once with ``hv.extension('bokeh', inline=True, comms='ipywidgets')``.
 """
 
+from .canvas import ImageCanvas
 from .explorer import Explorer, explore
 from .stats_panel import StatsPanel, stats_panel
 
-__all__ = ["Explorer", "StatsPanel", "explore", "stats_panel"]
+__all__ = ["Explorer", "ImageCanvas", "StatsPanel", "explore", "stats_panel"]

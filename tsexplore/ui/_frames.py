@@ -37,6 +37,12 @@ ENCODINGS = ("raw", "png", "webp")
 PRIOR_RATIO = {"png": 0.5, "webp": 0.4}
 PRIOR_ENCODE_S_PER_BYTE = {"png": 15e-9, "webp": 40e-9}
 DECODE_S_PER_BYTE = 3e-9  # the browser's image decode, per raw byte (createImageBitmap)
+#: big frames timed before the bandwidth is estimated
+MIN_BANDWIDTH_SAMPLES = 3
+#: frames smaller than this always travel raw
+MIN_COMPRESS_BYTES = 256 * 1024
+#: the latency assumed at most while only frames of one size were timed (seconds)
+UNKNOWN_LATENCY_MAX = 0.03
 
 
 def to_indices(plane: np.ndarray, clim: Range | None = None) -> tuple[np.ndarray, Range]:
@@ -158,9 +164,13 @@ class LinkEstimator:
 
     ``record(nbytes, seconds)`` takes one frame: its size on the wire and the time from
     sending it to its ack arriving, less the time the browser held the ack. ``latency`` is
-    the smallest such time of a small frame (or of any frame, before a small one was seen);
+    the smallest such time of a small frame; before a small one was seen, frames of one size
+    cannot tell latency from transfer time, so it is the fastest frame's time up to
+    :data:`UNKNOWN_LATENCY_MAX` (a busy local link is not taken for a slow one, and a slow
+    link, whose frames take longer than that, still is);
     ``bandwidth`` (bytes/s) is the median of ``nbytes / (seconds - latency)`` over the last
-    ``window`` frames of at least ``min_bytes`` -- None until there is one.
+    ``window`` frames of at least ``min_bytes`` -- None until there are
+    :data:`MIN_BANDWIDTH_SAMPLES` (one slow start is no measure of a link).
     """
 
     def __init__(self, window: int = 16, min_bytes: int = 16384) -> None:
@@ -181,15 +191,15 @@ class LinkEstimator:
     def latency(self) -> float:
         if self._small:
             return min(self._small)
-        if self._samples:  # no small frame yet: a quarter of the fastest big one
-            return min(s for _, s in self._samples) / 4
+        if self._samples:  # no small frame yet: the fastest frame's time, up to a prior
+            return min(min(s for _, s in self._samples), UNKNOWN_LATENCY_MAX)
         return 0.0
 
     @property
     def bandwidth(self) -> float | None:
         lat = self.latency
         rates = [n / max(s - lat, 1e-4) for n, s in self._samples if n >= self.min_bytes]
-        return float(np.median(rates)) if rates else None
+        return float(np.median(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
 
     def predict(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` to the browser and hear back, or None (not measured)."""
@@ -232,8 +242,12 @@ def choose_encoding(raw_nbytes: int, link: LinkEstimator, costs: CodecCosts,
                     allowed: tuple[str, ...] = ENCODINGS, current: str = "raw",
                     margin: float = 0.2) -> str:
     """The encoding of ``allowed`` with the lowest predicted time; raw until the link is
-    measured. Leaving ``current`` needs a gain of more than ``margin`` (hysteresis)."""
+    measured, and for frames under :data:`MIN_COMPRESS_BYTES` (where compressing saves
+    little on any link and a busy machine's jitter looks like a slow link). Leaving
+    ``current`` needs a gain of more than ``margin`` (hysteresis)."""
     options = [e for e in allowed if e in ENCODINGS] or ["raw"]
+    if raw_nbytes < MIN_COMPRESS_BYTES and "raw" in options:
+        return "raw"
     times = {e: predicted_seconds(e, raw_nbytes, link, costs) for e in options}
     known = {e: t for e, t in times.items() if t is not None}
     if not known:
@@ -323,6 +337,28 @@ class FrameFlow(Generic[T]):
     def force(self, item: T, nbytes: int = 0) -> tuple[int, T]:
         with self._lock:
             return self._send(item, int(nbytes))
+
+    def take_queued(self, seq: int, match: Callable[[T], bool], limit: int = 64) -> list[T]:
+        """The frames waiting at the front that ``match`` (at most ``limit``), taken to travel
+        with frame ``seq`` (in flight) in one message: the tiles of a progressive picture go
+        together instead of one round trip each."""
+        with self._lock:
+            f = self.in_flight
+            out: list[T] = []
+            if f is None or f.seq != seq:
+                return out
+            while self.pending and len(out) < limit and match(self.pending[0][0]):
+                item, nbytes = self.pending.popleft()
+                f.nbytes += nbytes
+                out.append(item)
+            return out
+
+    def stamp(self, seq: int) -> None:
+        """Frame ``seq`` leaves now (it was handed to the kernel's thread to send): its
+        round trip is timed from here."""
+        with self._lock:
+            if self.in_flight is not None and self.in_flight.seq == seq:
+                self.in_flight.sent_at = self.clock()
 
     def mark_lazy(self, seq: int) -> None:
         """The browser may hold the ack of frame ``seq`` (it piggybacks on its next message)."""

@@ -18,6 +18,7 @@ with a play button lives in the browser too (``slider``). The JavaScript is
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections import Counter
@@ -39,7 +40,9 @@ from ._frames import (
     FrameFlow,
     Range,
     choose_encoding,
+    decode_payload,
     encode_indices,
+    fit_view,
     to_indices,
 )
 from ._kernel import Dispatcher
@@ -48,6 +51,8 @@ STATIC = Path(__file__).parent / "static"
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_RGBA = (217, 217, 217, 255)
 MODES = ("replace", "tile", "base")
+#: what each further frame of a message (``more``: tiles that travel together) says of itself
+PART_KEYS = ("gen", "shape", "extent", "clim", "encoding", "label", "index", "mode", "info", "final")
 #: the largest coordinate label list sent for a non-uniform axis (readouts and ticks)
 MAX_LABELS = 20_000
 
@@ -63,6 +68,12 @@ def palette_rgba(name: str) -> np.ndarray:
         c = c.lstrip("#")
         out[i] = (int(c[0:2], 16), int(c[2:4], 16), int(c[4:6], 16), 255)
     return out
+
+
+@functools.cache
+def _palette_table(cmaps: tuple[str, ...]) -> bytes:
+    """The RGBA tables of ``cmaps``, one after the other (made once per process)."""
+    return np.concatenate([palette_rgba(c) for c in cmaps]).tobytes()
 
 
 def axis_spec(axis: AxisMap | None = None, *, dim: str = "", size: int = 1) -> dict[str, Any]:
@@ -110,12 +121,14 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     y_axis = t.Dict().tag(sync=True)
     y_origin = t.Enum(("lower", "upper"), "lower").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
+    view0 = t.Dict().tag(sync=True)  # the view a newly created browser state starts with ({}: all)
     slider = t.Dict().tag(sync=True)  # {} or {"dim", "size", "interval", "c0", "dc", "units", "labels"}
     hover_exact = t.Bool(False).tag(sync=True)
     lazy_ack_ms = t.Int(250).tag(sync=True)
     _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
 
-    # kernel side only: set from the browser's messages
+    # kernel side only: set from the browser's messages; ``viewport["shape"]`` is the plane's
+    # (ny, nx) the browser's view was made for (a view of a plane since replaced is stale)
     viewport = t.Dict()
     pixel = t.Dict()
     slider_value = t.Int(0)
@@ -123,12 +136,11 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     ack_policy = t.Enum(("eager", "lazy"), "eager")
 
     def __init__(self, shape: tuple[int, int] | None = None, *, cmaps: tuple[str, ...] = CMAPS,
-                 dispatch: Any = "auto", **kwargs: Any) -> None:
+                 dispatch: Any = "auto", wait_ready: bool = False, **kwargs: Any) -> None:
         if "cmap" in kwargs and kwargs["cmap"] not in cmaps:
             raise ConfigError(f"cmap={kwargs['cmap']!r} is not one of {cmaps}")
-        table = np.concatenate([palette_rgba(c) for c in cmaps])
         kwargs.setdefault("palette_names", list(cmaps))
-        kwargs.setdefault("palettes", table.tobytes())
+        kwargs.setdefault("palettes", _palette_table(tuple(cmaps)))
         if shape is not None:
             kwargs.setdefault("y_axis", axis_spec(dim="y", size=int(shape[0])))
             kwargs.setdefault("x_axis", axis_spec(dim="x", size=int(shape[1])))
@@ -146,6 +158,9 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         self._frames: list[tuple[dict[str, Any], EncodedFrame]] = []
         self._poked = 0
         self._from_browser = False
+        # with wait_ready, frames are only remembered until the browser's state exists (its
+        # "ready"); then the picture goes in one message (no frame is sent twice)
+        self._ready = not wait_ready
         self._pixel_callbacks: list[Callable[[dict[str, Any]], Any]] = []
         self._index_callbacks: list[Callable[[int], Any]] = []
         self._hover: Callable[[int, int], Any] | None = None
@@ -156,13 +171,16 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     # -- frames ------------------------------------------------------------------------------
     def show(self, indices: np.ndarray, extent: Extent | None = None, clim: Range = (0.0, 1.0), *,
              generation: int | None = None, label: str = "", index: int | None = None,
-             mode: str = "replace") -> int:
+             mode: str = "replace", info: str = "", final: bool = True) -> int:
         """Paint ``indices`` (2-D ``uint8``, 0 = NaN) covering ``extent`` (edges in index
         coordinates; default: the whole plane). ``clim`` is the range the indices were
         quantised over (for the value readout and for display-range changes). Frames of an
         older ``generation`` than one painted are dropped in the browser; ``mode="tile"``
         adds to the picture of the same generation, ``"base"`` keeps the frame under the
-        others (an overview). Callable from any thread; returns the generation."""
+        others (an overview). ``label`` is drawn as the title, ``info`` on the status line
+        under the plot; ``index`` (the slider position the frame shows) and ``final`` (the
+        last piece of its generation) travel with it (``tse-paint`` events, ``data-*``
+        attributes). Callable from any thread; returns the generation."""
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         arr = np.array(indices, dtype=np.uint8, order="C", copy=True)  # the caller may reuse its buffer
@@ -184,9 +202,12 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             meta = {"type": "frame", "gen": int(generation), "shape": list(arr.shape),
                     "extent": [[float(y0), float(y1)], [float(x0), float(x1)]], "clim": [lo, hi],
                     "encoding": frame.encoding, "label": str(label),
-                    "index": None if index is None else int(index), "mode": mode}
+                    "index": None if index is None else int(index), "mode": mode,
+                    "info": str(info), "final": bool(final)}
             item = (meta, frame)
             self._remember(item)
+            if not self._ready:
+                return int(generation)
             out = self.flow.offer(item, frame.nbytes, queue=mode == "tile")
         if out is not None:
             self._call(self._transmit, *out)
@@ -213,6 +234,13 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         self.show(indices, extent, rng, **kwargs)
         return rng
 
+    def picture(self) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """The current picture as a newly rendered view would get it: ``(meta, indices)`` of
+        the base frame (if any), then of the frames (or tiles) of the newest generation."""
+        with self._lock:
+            items = ([self._base] if self._base is not None else []) + list(self._frames)
+        return [(dict(meta), decode_payload(frame)) for meta, frame in items]
+
     def clear(self) -> None:
         """Remove the picture."""
         with self._lock:
@@ -237,11 +265,23 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         return self._last_encoding
 
     def _transmit(self, seq: int, item: tuple[dict[str, Any], EncodedFrame]) -> None:
-        """Send one frame (kernel thread)."""
-        meta, frame = item
+        """Send one frame (kernel thread), with the tiles of its picture waiting behind it."""
+        parts = [item]
+        meta = item[0]
+        if meta["mode"] in ("base", "tile"):
+            parts += self.flow.take_queued(seq, lambda it: it[0]["mode"] == "tile" and it[0]["gen"] == meta["gen"])
+        self._send_parts(seq, parts)
+
+    def _send_parts(self, seq: int, parts: list[tuple[dict[str, Any], EncodedFrame]]) -> None:
+        """``parts`` as one message: the first frame's meta, the others' in ``more``."""
         lazy = self.ack_policy == "lazy" and not self.flow.has_pending
-        self.send(dict(meta, seq=seq, ack="lazy" if lazy else "now"), buffers=[frame.payload])
-        self.by_encoding[frame.encoding] += 1
+        self.flow.stamp(seq)
+        content = dict(parts[0][0], seq=seq, ack="lazy" if lazy else "now")
+        if len(parts) > 1:
+            content["more"] = [{k: m[k] for k in PART_KEYS} for m, _ in parts[1:]]
+        self.send(content, buffers=[f.payload for _, f in parts])
+        for _, f in parts:
+            self.by_encoding[f.encoding] += 1
         if lazy:
             self.flow.mark_lazy(seq)
 
@@ -250,9 +290,22 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         """Show this region (edges in index coordinates; None: the whole axis). The browser
         widens it to square pixels and reports the result as ``viewport``."""
         ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
-        y = list(y_range) if y_range is not None else [-0.5, ny - 0.5]
-        x = list(x_range) if x_range is not None else [-0.5, nx - 0.5]
-        self._call(self.send, {"type": "view", "y": [float(v) for v in y], "x": [float(v) for v in x]})
+        y = [float(v) for v in (y_range if y_range is not None else (-0.5, ny - 0.5))]
+        x = [float(v) for v in (x_range if x_range is not None else (-0.5, nx - 0.5))]
+        self._call(self._set_view, {"y": y, "x": x})
+
+    def _set_view(self, view: dict[str, Any]) -> None:
+        self.view0 = view  # where a browser view made later starts
+        self.send({"type": "view", **view})
+
+    def fitted(self, y_range: Range | None = None, x_range: Range | None = None) -> Extent:
+        """The view the browser shows for ``set_view(y_range, x_range)``: widened about its
+        centre to square pixels on the plot box when ``aspect="equal"``."""
+        ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
+        y = tuple(map(float, y_range)) if y_range is not None else (-0.5, ny - 0.5)
+        x = tuple(map(float, x_range)) if x_range is not None else (-0.5, nx - 0.5)
+        extent = ((min(y), max(y)), (min(x), max(x)))
+        return fit_view(extent, (self.height, self.width)) if self.aspect == "equal" else extent
 
     def set_axes(self, y: AxisMap | None = None, x: AxisMap | None = None) -> None:
         """Label the axes from the Explorer's coordinate maps."""
@@ -293,16 +346,20 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
 
     def _set_viewport(self, content: dict[str, Any]) -> None:
         if "x" in content and "y" in content:
-            self.viewport = {"y": tuple(map(float, content["y"])), "x": tuple(map(float, content["x"])),
-                             "height": int(content.get("height", self.height)),
-                             "width": int(content.get("width", self.width))}
+            vp = {"y": tuple(map(float, content["y"])), "x": tuple(map(float, content["x"])),
+                  "height": int(content.get("height", self.height)), "width": int(content.get("width", self.width))}
+            if "ny" in content and "nx" in content:  # the plane's size the browser knew then
+                vp["shape"] = (int(content["ny"]), int(content["nx"]))
+            self.viewport = vp
 
     def _resend(self) -> None:
-        """A view of this model was created in the browser: send it the picture again."""
+        """A browser state of this model was made: send it the picture, in one message."""
+        self._ready = True
         with self._lock:
             items = ([self._base] if self._base is not None else []) + list(self._frames)
-        for item in items:
-            self._transmit(*self.flow.force(item, item[1].nbytes))
+        if items:
+            seq, _ = self.flow.force(items[0], sum(f.nbytes for _, f in items))
+            self._send_parts(seq, items)
 
     def _on_slider_value(self, change: dict[str, Any]) -> None:
         if not self._from_browser:

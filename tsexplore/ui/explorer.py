@@ -1,65 +1,70 @@
-"""The Explorer widget: a thin ipywidgets + bokeh face over :class:`ViewController`.
+"""The Explorer widget: a thin ipywidgets face over :class:`ViewController`, drawn on the
+image canvas (:class:`~tsexplore.ui.canvas.ImageCanvas`).
 
-The image travels to the browser at screen resolution as ``uint8`` colour indices (one byte
-per pixel, 0 = NaN) with a fixed 256-colour mapper, never as the float frame. The plot is a
-plain bokeh figure with an ``image`` glyph whose ``ColumnDataSource`` is replaced in place on
-each frame, embedded through ``jupyter_bokeh.BokehModel`` (an ipywidget). A holoviews
-DynamicMap re-render cost 100-400 ms of the kernel's thread per frame here, and its browser
-side echoed every frame back to the kernel; the in-place update costs a few ms and nothing
-comes back but pan/zoom (``RangesUpdate``) and click (``Tap``) events.
-Frames arrive on the controller's view thread and are painted on the kernel's IOLoop: the
-Explorer is the controller's :class:`~tsexplore.controller.View`. The variable shown is
-exactly the selection it was given (``ds.temp.sel(lat=slice(...))``): the one resolver
-(:func:`tsexplore.resolve.resolve`) finds the source and the selection over it.
+Frames travel to the browser at screen resolution as ``uint8`` colour indices (one byte per
+pixel, 0 = NaN), raw on a fast link and lossless PNG/WebP on a slow one (``encoding="auto"``);
+the browser applies the colour table, so a colormap change repaints there, and so does a
+display-range change when the indices allow it. Pan and zoom move the picture in the browser at
+once and send the new region (``viewport``) to the controller, which reads only the chunks
+on screen -- at the pyramid level that fits the screen when the data has levels
+(``levels=``: ``ds.tse.levels``), a coarser level first, then the chosen level's tiles as they
+arrive. Without a pyramid, a zoomed-out view that shows a subsample says so and offers to
+build one. The slider of the first other dim lives in the canvas (``slider="canvas"``, with
+its play button; the fastest path measured) or is an ipywidgets slider
+(``slider="ipywidgets"``); a click streams the profile through the pixel (bokeh).
+The Explorer is the controller's :class:`~tsexplore.controller.View` (frames come from the
+controller's thread, or from the comm handler itself when all is cached). The variable shown
+is exactly the selection it was given (``ds.temp.sel(lat=slice(...))``).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
 import numpy as np
 
-from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewState, resolve
+from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewLevel, ViewState
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
-from ..resolve import Resolved, fallback_source, try_resolve
 from ._axes import AxisMap
-from ._kernel import Dispatcher, bokeh_widget
+from ._kernel import Dispatcher
+from ._parts import (
+    ProfilePlot,
+    as_dataset,
+    block,
+    dropdown,
+    frame_info,
+    hover_text,
+    indices_allow,
+    range_toggle,
+    row,
+    selection_of,
+    slider_rows,
+)
+from ._pyramids import ExplorerLevels
+from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
 
-CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
-NAN_COLOUR = "#d9d9d9"
-#: seconds the status line waits after a paint (each update re-lays out the notebook)
-INFO_DELAY = 0.25
+SLIDERS = ("canvas", "ipywidgets")
+PROFILE_WIDTH = 300
 
 
-def palette(name: str) -> list[str]:
-    """256 colours: index 0 for NaN, 1..255 along colormap ``name``."""
-    from holoviews.plotting.util import process_cmap
+class _Bound:
+    """The controller's view: the Explorer, for one build (frames of a replaced one are dropped)."""
 
-    return [NAN_COLOUR, *process_cmap(name, 255)]
+    def __init__(self, explorer: Explorer, build: int) -> None:
+        self.explorer, self.build = explorer, build
 
+    def show_frame(self, frame: Frame) -> None:
+        self.explorer._paint(frame, self.build)
 
-def _as_dataset(obj: Any) -> Any:
-    import xarray as xr
+    def show_error(self, exc: BaseException) -> None:
+        self.explorer._report(exc)
 
-    if isinstance(obj, xr.DataArray):
-        return obj.to_dataset(name=obj.name or "data")
-    if isinstance(obj, xr.Dataset):
-        return obj
-    raise TsExploreError(
-        f"explore() takes an xarray Dataset or DataArray, got {type(obj).__name__}; "
-        "open data with tse.open_dataset(...) first"
-    )
-
-
-def _selection_of(ds: Any, var: str) -> Resolved:
-    """The source behind ``ds[var]`` and the selection over it (or a wrapper of its values)."""
-    found = try_resolve(ds[var])
-    if found is None:  # in memory, decoded or another backend: read it through the engine
-        found = Resolved.whole(fallback_source(ds[var], var))
-    return found
+    def show_profile(self, profile: Profile) -> None:
+        self.explorer._profile(profile, self.build)
 
 
 class Explorer:
@@ -80,10 +85,13 @@ class Explorer:
         stats: bool = True,
         view: dict[str, Any] | None = None,
         dispatch: Any = "auto",
+        slider: str = "canvas",
+        aspect: str = "equal",
+        encoding: str = "auto",
+        levels: Any = None,
+        pyramids: Any = None,
     ) -> None:
-        import ipywidgets as w
-
-        self.ds = _as_dataset(obj)
+        self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
             raise TsExploreError(f"no variable with 2 or more dims to show; got {list(self.ds.data_vars)}")
@@ -92,55 +100,71 @@ class Explorer:
             raise ConfigError(f"var={var!r} is not one of the 2-D+ variables {self.names}")
         if cmap not in CMAPS:
             raise ConfigError(f"cmap={cmap!r} is not one of {CMAPS}")
+        if slider not in SLIDERS:
+            raise ConfigError(f"slider must be one of {SLIDERS}, got {slider!r}")
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
+        self.slider_kind = slider
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
+        self._builds = 0
+        self._gen_offset = 0
         self._painted = -1
-        self._info_pending = False
-        self._info_frame: Frame | None = None
+        self._closed = False
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
         self._profile_thread: threading.Thread | None = None
         self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
+        self.profile_plot: ProfilePlot | None = None
+        self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
+        self._observe_controls()
+        self._build()
 
-        self.var_picker = w.Dropdown(options=self.names, value=var, description="variable")
+    def _make_widgets(self, var: str, x: str | None, y: str | None, cmap: str, clim: Any, aspect: str,
+                      encoding: str, stats: bool, levels: Any, pyramids: Any) -> None:
+        """The controls, the canvas, the notice, the profile's place and (maybe) the StatsPanel,
+        in blocks that wrap (see ``_parts``)."""
+        import ipywidgets as w
+
         dims = list(self.ds[var].dims)
-        self.y_picker = w.Dropdown(options=dims, value=y or dims[-2], description="y")
-        self.x_picker = w.Dropdown(options=dims, value=x or dims[-1], description="x")
-        self.cmap_picker = w.Dropdown(options=list(CMAPS), value=cmap, description="colormap")
-        self.clim_mode = w.ToggleButtons(
-            options=["robust", "fixed"], value="fixed" if clim else "robust", description="range"
-        )
+        if (y or dims[-2]) not in dims or (x or dims[-1]) not in dims:
+            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r}, which has {tuple(dims)}")
+        self.var_picker = dropdown(w, "variable", self.names, var, "190px")
+        self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
+        self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
+        self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
+        self.clim_mode = range_toggle(w, "fixed" if clim else "robust")
         lo, hi = clim or (0.0, 1.0)
-        self.clim_lo = w.FloatText(value=lo, description="min", layout=w.Layout(width="160px"))
-        self.clim_hi = w.FloatText(value=hi, description="max", layout=w.Layout(width="160px"))
-        self.info = w.HTML(value="")
+        small = {"description_width": "initial"}
+        self.clim_lo = w.FloatText(value=lo, description="min", style=small, layout=w.Layout(width="120px"))
+        self.clim_hi = w.FloatText(value=hi, description="max", style=small, layout=w.Layout(width="120px"))
+        self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
+        plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
+        self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
+                                  encoding=encoding, dispatch=self.dispatch.loop, wait_ready=True)
+        self.canvas.ack_policy = "lazy" if self.slider_kind == "canvas" else "eager"
         self.sliders: dict[str, Any] = {}
         self.readouts: dict[str, Any] = {}
         self.players: dict[str, Any] = {}
         self.slider_box = w.VBox()
-        self.plot_box = w.Box()
-        controls = w.VBox(
-            [
-                w.HBox([self.var_picker, self.y_picker, self.x_picker]),
-                w.HBox([self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi]),
-                self.slider_box,
-            ]
-        )
-        self.main = w.VBox([controls, self.plot_box, self.info])
-        children = [self.main]
+        self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
+        self.profile_box = block(w, [])
+        controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
+                    row(w, [self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi])]
+        self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
+                          max_width=f"{max(self.width + 72, 480)}px")
+        children = [self.main, self.profile_box]
         if stats:
             from .stats_panel import StatsPanel
 
             self.stats_panel = StatsPanel(explorer=self)
+            self.stats_panel.widget.layout.flex = "0 0 auto"
+            self.stats_panel.widget.layout.margin = "0 16px 8px 0"
             children.append(self.stats_panel.widget)
-        self.widget = w.HBox(children)
+        self.widget = w.Box(children, layout=w.Layout(display="flex", flex_flow="row wrap",
+                                                      align_items="flex-start"))
         self.widget.add_class("tsexplore-explorer")
-
-        self._observe_controls()
-        self._build()
 
     def _observe_controls(self) -> None:
         self.var_picker.observe(self._on_var, "value")
@@ -149,65 +173,88 @@ class Explorer:
         self.cmap_picker.observe(self._on_cmap, "value")
         for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
             ctl.observe(self._on_clim, "value")
+        self.canvas.observe(self._on_viewport, "viewport")
+        self.canvas.observe(self._on_canvas_slider, "slider_value")
+        self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
+        self.canvas.on_hover(self._hover_text)
+        self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
     def _build(self) -> None:
-        """(Re)build controller, sliders and plot for the current variable and x/y dims."""
-        # without a kernel, paints run on the view thread: keep them out while building
-        with self.dispatch.lock:
+        """(Re)build controller, sliders and plots for the current variable and x/y dims."""
+        with self.dispatch.lock:  # without a kernel, paints run on the view thread
             self._build_locked()
 
     def _build_locked(self) -> None:
-        import ipywidgets as w
-
         if self.controller is not None:
             self.controller.close()
+            self._gen_offset += self.controller.generation + 1
+        with self._paint_lock:
+            self._builds += 1
+            self._painted = -1
         var, ydim, xdim = self.var_picker.value, self.y_picker.value, self.x_picker.value
         da = self.ds[var]
         self.da = da
-        self.selection = _selection_of(self.ds, var)
+        self.selection = selection_of(self.ds, var)
         self.source = self.selection.source
         self.geometry = PlaneGeometry.of(self.selection, ydim, xdim)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         view = self._initial_view
         self._initial_view = {}
         indices = {d: int(view.get(d, 0)) for d in self.geometry.slider_dims}
-        state = ViewState(
-            indices=tuple(sorted(indices.items())),
-            y_range=view.get("y_range"),
-            x_range=view.get("x_range"),
-            height=self.height,
-            width=self.width,
-        )
+        c = self.canvas
+        with c.hold_sync():
+            c.clear()
+            c.set_axes(self.axes[ydim], self.axes[xdim])
+            c.title = f"{var} (loading)"
+            c.slider = self._canvas_slider(indices)
+            if c.slider:
+                c.slider_value = indices[self.geometry.slider_dims[0]]
+        (yr, xr_) = c.fitted(view.get("y_range"), view.get("x_range"))
+        c.set_view(yr, xr_)
+        state = ViewState(indices=tuple(sorted(indices.items())), y_range=yr, x_range=xr_,
+                          height=self.height, width=self.width)
         self.controller = ViewController(
-            self.selection,
-            self.geometry,
-            engine=get_engine(),
-            view=self,
-            state=state,
-            max_chunks=self.max_chunks,
-            clim=self._clim(),
+            self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
+            state=state, max_chunks=self.max_chunks, clim=self._clim(),
+            levels=self.pyramid.view_levels(self.selection, self.geometry, var),
+            inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
-        # sliders: one per other dim, with play/pause, speed and the coordinate value
-        rows = []
-        self.sliders, self.readouts, self.players = {}, {}, {}
-        for dim in self.geometry.slider_dims:
-            n = int(da.sizes[dim])
-            slider = w.IntSlider(value=indices[dim], min=0, max=n - 1, description=dim,
-                                 continuous_update=True, layout=w.Layout(width="420px"))
-            play = w.Play(value=indices[dim], min=0, max=n - 1, interval=200, description=f"play {dim}")
-            w.jslink((play, "value"), (slider, "value"))
-            speed = w.Dropdown(options=[("1 fps", 1000), ("5 fps", 200), ("10 fps", 100), ("25 fps", 40)],
-                               value=200, layout=w.Layout(width="90px"))
-            w.link((speed, "value"), (play, "interval"))
-            readout = w.Label(value=self.axes[dim].label(indices[dim]))
-            slider.observe(lambda ch, d=dim: self._on_index(d, ch["new"]), "value")
-            self.sliders[dim], self.readouts[dim], self.players[dim] = slider, readout, play
-            rows.append(w.HBox([slider, play, speed, readout]))
-        self.slider_box.children = rows
-        self._build_plot(resolve(state, self.geometry, max_chunks=self.max_chunks))
+        self._build_sliders(indices)
+        self._build_profile()
+        self.notice.show(None)
         self.controller.update()
+
+    def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
+        dims = self.geometry.slider_dims
+        if self.slider_kind != "canvas" or not dims:
+            return {}
+        return dict(axis_spec(self.axes[dims[0]]), interval=200)
+
+    def _build_sliders(self, indices: dict[str, int]) -> None:
+        canvas_dim = self.geometry.slider_dims[0] if self.slider_kind == "canvas" and self.geometry.slider_dims else None
+        rows, self.sliders, self.readouts, self.players = slider_rows(
+            self.canvas, self.geometry.slider_dims, canvas_dim, {d: int(self.da.sizes[d]) for d in self.da.dims},
+            indices, self.axes, self._on_index)
+        self.slider_box.children = rows
+
+    def _build_profile(self) -> None:
+        """A placeholder the size of the profile plot: the plot (bokeh, ~0.1 s to build) is
+        made on the first click, so that opening an Explorer paints its image sooner."""
+        import ipywidgets as w
+
+        if self.profile_plot is not None:
+            self.profile_plot.close()  # the previous variable's / dims' profile
+            self.profile_plot = None
+        dim = self.profile_dim
+        text = f"click the image for a profile along {dim}" if dim else "no other dim to profile along"
+        self.profile_box.children = [w.HTML(f"<b>{text}</b>", layout=w.Layout(
+            width=f"{PROFILE_WIDTH}px", height=f"{self._profile_height}px"))]
+
+    @property
+    def _profile_height(self) -> int:
+        return max(200, self.height // 2 + 60)
 
     def _clim(self) -> tuple[float, float] | None:
         if self.clim_mode.value == "robust":
@@ -217,98 +264,61 @@ class Explorer:
             raise ConfigError(f"the colour range needs max > min, got min={lo} max={hi}")
         return (lo, hi)
 
-    # -- the bokeh plot (kernel thread) --------------------------------------------------------
-    def _build_plot(self, req: Any) -> None:
-        """A bokeh image figure (initial view's extent) and a profile figure in one BokehModel."""
-        from bokeh import events
-        from bokeh.layouts import row
-        from bokeh.models import ColumnDataSource, LinearColorMapper, Range1d
-        from bokeh.plotting import figure
-        geom = self.geometry
-        ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
-        (y0, y1), (x0, x1) = req.region
-        (left, right), (bottom, top) = ax.edges(x0, x1, 1), ay.edges(y0, y1, 1)
-        xlabel = f"{geom.xdim} ({ax.units})" if ax.units else geom.xdim
-        ylabel = f"{geom.ydim} ({ay.units})" if ay.units else geom.ydim
-        self.image_source = ColumnDataSource(
-            {"image": [np.zeros((1, 1), np.uint8)], "x": [left], "y": [bottom],
-             "dw": [right - left], "dh": [top - bottom]})
-        self.color_mapper = LinearColorMapper(palette=palette(self.cmap_picker.value), low=0, high=255)
-        fig: Any = figure(
-            title=self._title(None), frame_width=self.width, frame_height=self.height,
-            x_range=Range1d(start=left, end=right), y_range=Range1d(start=bottom, end=top),
-            x_axis_label=xlabel, y_axis_label=ylabel,
-            tools="pan,wheel_zoom,box_zoom,reset,save", active_drag="pan", active_scroll="wheel_zoom",
-        )
-        fig.image("image", "x", "y", "dw", "dh", source=self.image_source,
-                  color_mapper=self.color_mapper)  # type: ignore[call-arg]
-        # pan/zoom reaches the kernel as one RangesUpdate event, not as four range changes
-        fig.x_range.syncable = fig.y_range.syncable = False
-        fig.on_event(events.RangesUpdate, self._on_ranges_event)
-        fig.on_event(events.Tap, self._on_tap_event)
-        self.figure = fig
-        self.profile_source = ColumnDataSource({"x": np.zeros(0), "y": np.zeros(0)})
-        pdim = self.profile_dim
-        prof: Any = figure(
-            title="click the image for a profile" if pdim else "no slider dim",
-            frame_width=260, frame_height=self.height // 2, tools="pan,wheel_zoom,reset,save",
-            x_axis_label=f"{pdim} index" if pdim else "index", y_axis_label=self.var_picker.value,
-        )
-        prof.line("x", "y", source=self.profile_source, line_width=2)
-        prof.x_range.syncable = prof.y_range.syncable = False  # auto-ranged in the browser
-        self.profile_figure = prof
-        previous: Any = getattr(self, "plot_widget", None)
-        if previous is not None:
-            previous.close()  # the previous variable's / dims' plot
-        self.plot_widget = bokeh_widget(row(fig, prof))
-        self.plot_box.children = [self.plot_widget]
-
-    def _title(self, frame: Frame | None) -> str:
-        var = self.var_picker.value
-        if frame is None:
-            return f"{var} (loading)"
-        parts = [f"{d}={frame.request.state.index(d)} ({self.axes[d].label(frame.request.state.index(d))})"
-                 for d in self.geometry.slider_dims]
-        return " · ".join([var, *parts])
-
-    def _image_data(self, frame: Frame) -> dict[str, list[Any]]:
-        """The image source's columns for ``frame``: row 0 at the lowest y coordinate, column 0
-        at the lowest x coordinate (bokeh's ``image`` glyph draws row 0 at the bottom)."""
-        geom = self.geometry
-        ay, ax = self.axes[geom.ydim], self.axes[geom.xdim]
-        img = frame.image
-        (y0, y1), (x0, x1) = frame.request.region
-        sy, sx = frame.request.step
-        (left, right), (bottom, top) = ax.edges(x0, x1, sx), ay.edges(y0, y1, sy)
-        img = img[::-1] if ay.dc < 0 else img
-        img = img[:, ::-1] if ax.dc < 0 else img
-        return {"image": [np.ascontiguousarray(img, dtype=np.uint8)], "x": [left], "y": [bottom],
-                "dw": [right - left], "dh": [top - bottom]}
-
     @property
     def profile_dim(self) -> str | None:
         dims = self.geometry.slider_dims
         return dims[0] if dims else None
 
+    @property
+    def levels(self) -> tuple[ViewLevel, ...]:
+        """The levels the controller reads (one: no pyramid)."""
+        assert self.controller is not None
+        return self.controller.levels
+
     # -- events ----------------------------------------------------------------------------
     def _on_index(self, dim: str, value: int) -> None:
-        self.readouts[dim].value = self.axes[dim].label(int(value))
+        if dim in self.readouts:
+            self.readouts[dim].value = self.axes[dim].label(int(value))
         assert self.controller is not None
         self.controller.update(indices={dim: int(value)})
 
-    def _on_ranges_event(self, event: Any) -> None:
-        """Bokeh ``RangesUpdate`` (pan, zoom, reset in the browser)."""
-        self.set_ranges((event.x0, event.x1), (event.y0, event.y1))
+    def _on_canvas_slider(self, change: Any) -> None:
+        dims = self.geometry.slider_dims
+        if self.slider_kind == "canvas" and dims and self.controller is not None:
+            self.controller.update(indices={dims[0]: int(change["new"])})
+
+    def _on_viewport(self, change: Any) -> None:
+        """The browser's view (after a pan, a zoom, a reset or a new size)."""
+        vp, ctl = change["new"], self.controller
+        if ctl is None or not vp:
+            return
+        g = self.geometry
+        if tuple(vp.get("shape", ())) not in ((), (g.shape[g.axis(g.ydim)], g.shape[g.axis(g.xdim)])):
+            return  # made for the axes of another plane (before this one's reached the browser)
+        s = ctl.state
+        want = (tuple(vp["y"]), tuple(vp["x"]), int(vp["height"]), int(vp["width"]))
+        have = (s.y_range, s.x_range, s.height, s.width)
+        if have[2:] == want[2:] and all(
+                r is not None and all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(r, q))
+                for r, q in zip(have[:2], want[:2])):
+            return
+        ctl.update(y_range=want[0], x_range=want[1], height=want[2], width=want[3])
+
+    def set_view(self, y_range: Any = None, x_range: Any = None) -> None:
+        """Show this region (edges in index coordinates; None: the whole axis), widened to
+        the screen's aspect as the browser shows it."""
+        if self.controller is None:
+            return
+        yr, xr_ = self.canvas.fitted(y_range, x_range)
+        self.canvas.set_view(yr, xr_)
+        self.controller.update(y_range=yr, x_range=xr_)
 
     def set_ranges(self, x_range: Any = None, y_range: Any = None) -> None:
-        """Show the coordinate ranges ``x_range``/``y_range`` (what a pan or zoom sends)."""
-        if self.controller is None or x_range is None or y_range is None:
+        """Show the coordinate ranges ``x_range``/``y_range`` (what a pan or zoom shows)."""
+        if x_range is None or y_range is None:
             return
         geom = self.geometry
-        xr_ = self.axes[geom.xdim].index_range(*x_range)
-        yr_ = self.axes[geom.ydim].index_range(*y_range)
-        if (xr_, yr_) != (self.controller.state.x_range, self.controller.state.y_range):
-            self.controller.update(x_range=xr_, y_range=yr_)
+        self.set_view(self.axes[geom.ydim].index_range(*y_range), self.axes[geom.xdim].index_range(*x_range))
 
     def _on_var(self, change: Any) -> None:
         dims = list(self.ds[change["new"]].dims)
@@ -319,6 +329,7 @@ class Explorer:
             self.y_picker.value, self.x_picker.value = dims[-2], dims[-1]
             self.y_picker.observe(self._on_dims, "value")
             self.x_picker.observe(self._on_dims, "value")
+        self.pyramid.retarget(change["new"])
         self._build()
 
     def _on_dims(self, change: Any) -> None:
@@ -330,7 +341,7 @@ class Explorer:
         self._build()
 
     def _on_cmap(self, change: Any) -> None:
-        self.color_mapper.palette = palette(change["new"])
+        self.canvas.cmap = change["new"]  # the browser recolours: nothing is read or sent
 
     def _on_clim(self, change: Any) -> None:
         try:
@@ -340,74 +351,47 @@ class Explorer:
             return
         assert self.controller is not None
         self.controller.clim = clim
-        self.controller.refresh()
+        self.canvas.clim = None if clim is None else list(clim)  # recoloured in the browser now
+        frame = self.controller.frame
+        if clim is None or frame is None or not indices_allow(frame.clim, clim):
+            self.controller.refresh()  # quantised again over the new range
 
     # -- the controller's View (called on its threads) --------------------------------------
-    def show_frame(self, frame: Frame) -> None:
-        self.dispatch(self._paint, frame)
+    def _paint(self, frame: Frame, build: int) -> None:
+        """Hand ``frame`` to the canvas unless a newer generation was painted (view thread)."""
+        ctl = self.controller
+        with self._paint_lock:
+            if build != self._builds or ctl is None or self._closed or frame.generation < self._painted:
+                return
+            gen = self._gen_offset + frame.generation
+            dims = self.geometry.slider_dims
+            index = frame.request.state.index(dims[0]) if dims else None
+            self.canvas.show(frame.image, frame.extent, frame.clim, generation=gen, label=self._title(frame),
+                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final)
+            self._painted = frame.generation
+            self.painted_frames += 1
+        if frame.final:
+            self.pyramid.check(frame, self.geometry, len(self.levels), self.var_picker.value)
 
-    def show_error(self, exc: BaseException) -> None:
+    def _report(self, exc: BaseException) -> None:
         self.dispatch(self._show_error, exc)
-
-    def show_profile(self, profile: Profile) -> None:
-        geom = self.geometry
-        point = dict(profile.point)
-        title = f"{self.var_picker.value} at {geom.ydim}={point[geom.ydim]}, {geom.xdim}={point[geom.xdim]}"
-        if profile.done:
-            self.profile_values = profile.values
-        self.dispatch(self._send_profile, self.controller, profile, title if profile.done else title + " …")
 
     def _show_error(self, exc: BaseException) -> None:
         self.info.value = f"<span style='color:#b00'>read failed: {type(exc).__name__}: {exc}</span>"
 
-    def _paint(self, frame: Frame) -> None:
-        """Show ``frame`` unless a newer one is already on screen (kernel thread)."""
-        with self._paint_lock:  # held for the whole paint (about 1 ms): newest always wins
-            if frame.generation <= self._painted or self.controller is None:
-                return
-            with self.plot_widget.batch():  # image and title in one patch: one paint
-                self.image_source.data = self._image_data(frame)
-                self.figure.title.text = self._title(frame)
-            self._painted = frame.generation
-        self.painted_frames += 1
-        self._info_frame = frame
-        if self.dispatch.loop is None:
-            self._show_info()
-        elif not self._info_pending:  # the text line waits until the slider rests
-            self._info_pending = True
-            self.dispatch.loop.call_later(INFO_DELAY, self._show_info)
-
-    def _show_info(self) -> None:
-        """The status line under the plot for the last painted frame (kernel thread)."""
-        self._info_pending = False
-        frame = self._info_frame
-        if frame is None or frame.generation != self._painted:
-            return
-        (y0, y1), (x0, x1) = frame.request.region
-        ny, nx = frame.image.shape
-        lo, hi = frame.clim
-        self.info.value = (
-            f"<code>gen {frame.generation}: {ny}×{nx} px of y[{y0}:{y1}:{frame.request.step[0]}] "
-            f"x[{x0}:{x1}:{frame.request.step[1]}], {len(frame.request.chunks)} chunks, "
-            f"{frame.elapsed * 1e3:.0f} ms, colour range [{lo:.4g}, {hi:.4g}]</code>"
-        )
+    def _title(self, frame: Frame) -> str:
+        state = frame.request.state
+        parts = [f"{d}={state.index(d)} ({self.axes[d].label(state.index(d))})" for d in self.geometry.slider_dims]
+        return " · ".join([self.var_picker.value, *parts])
 
     @property
     def painted_generation(self) -> int:
+        """The controller generation of the newest frame handed to the canvas."""
         return self._painted
 
-    # -- click -> profile ----------------------------------------------------------------------
-    def _on_tap_event(self, event: Any) -> None:
-        """Bokeh ``Tap`` on the image: the profile through the clicked pixel."""
-        self._on_tap(event.x, event.y)
-
-    def _on_tap(self, x: Any = None, y: Any = None) -> None:
-        if x is None or y is None or self.profile_dim is None:
-            return
-        geom = self.geometry
-        ix = int(round(self.axes[geom.xdim].to_index(x)))
-        iy = int(round(self.axes[geom.ydim].to_index(y)))
-        self.profile_at(iy, ix)
+    # -- hover, click -> profile -----------------------------------------------------------
+    def _hover_text(self, iy: int, ix: int) -> str:
+        return hover_text(self.controller.frame if self.controller is not None else None, iy, ix)
 
     def profile_at(self, iy: int, ix: int) -> threading.Thread | None:
         """Stream the profile through pixel ``(iy, ix)`` along the first slider dim."""
@@ -421,22 +405,62 @@ class Explorer:
         self._profile_thread = self.controller.profile_at(point, dim)
         return self._profile_thread
 
-    def _send_profile(self, controller: Any, profile: Profile, title: str) -> None:
-        """Paint ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
-        current = self.controller
-        if current is None or controller is not current or profile.generation != current.profile_generation:
+    def _profile(self, profile: Profile, build: int) -> None:
+        geom = self.geometry
+        point = dict(profile.point)
+        title = f"{self.var_picker.value} at {geom.ydim}={point[geom.ydim]}, {geom.xdim}={point[geom.xdim]}"
+        if profile.done:
+            self.profile_values = profile.values
+        self.dispatch(self._send_profile, build, profile, title if profile.done else title + " …")
+
+    def _send_profile(self, build: int, profile: Profile, title: str) -> None:
+        """Plot ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
+        ctl = self.controller
+        if build != self._builds or ctl is None or profile.generation != ctl.profile_generation:
             return
-        self.profile_source.data = {"x": np.arange(profile.values.size), "y": profile.values}
-        self.profile_figure.title.text = title
+        if self.profile_plot is None:
+            self.profile_plot = ProfilePlot(self.profile_dim, self.var_picker.value, self._profile_height,
+                                            PROFILE_WIDTH)
+            self.profile_box.children = [self.profile_plot.widget]
+        self.profile_plot.show(profile.values, title)
+
+    @property
+    def profile_source(self) -> Any:
+        """The profile plot's data (a bokeh ``ColumnDataSource``; None before the first click)."""
+        return None if self.profile_plot is None else self.profile_plot.source
+
+    # -- building a pyramid ------------------------------------------------------------------
+    def build_pyramid(self, target: str | None = None) -> threading.Thread:
+        """Build the pyramid of the variable shown (into ``target``, default: the notice's
+        path) on a ``tsexplore-pyramid`` thread with a progress bar, then show it."""
+        var, dims = self.var_picker.value, (self.y_picker.value, self.x_picker.value)
+        return self.pyramid.build(var, dims, target, self._use_pyramid)
+
+    def _use_pyramid(self, levels: Any) -> None:
+        """Show the levels just built, keeping the view (kernel thread)."""
+        ctl = self.controller
+        if ctl is not None:
+            s = ctl.state
+            self._initial_view = {**dict(s.indices), "y_range": s.y_range, "x_range": s.x_range}
+        self._build()
+
+    @property
+    def notice(self) -> Any:
+        """The notice under the image for zoomed-out views without a pyramid."""
+        return self.pyramid.notice
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the view thread, the profile thread and the stats timer; close the widgets."""
+        """Stop the view, profile and pyramid threads and the stats timer; close the widgets."""
+        self._closed = True
         if self.controller is not None:
             self.controller.close()
         if self.stats_panel is not None:
             self.stats_panel.close()
-        self.plot_widget.close()
+        self.pyramid.close()
+        if self.profile_plot is not None:
+            self.profile_plot.close()
+        self.canvas.close()
         self.widget.close()
 
     def __enter__(self) -> Explorer:
@@ -455,6 +479,7 @@ class Explorer:
 def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
     """An :class:`Explorer` on a Dataset or DataArray (``ds.tse.explore()`` calls this)."""
     try:
+        import anywidget  # noqa: F401
         import bokeh  # noqa: F401
         import holoviews  # noqa: F401 - colormaps
         import ipywidgets  # noqa: F401

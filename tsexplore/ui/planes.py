@@ -48,23 +48,22 @@ def _window(positions: list[int], visible: set[int], max_cells: int) -> tuple[in
 def chunk_states(
     engine: Any, controller: ViewController, max_cells: int = 64
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """The chunk grid of ``controller``'s plane: 0 not loaded, 1 in flight, 2 cached,
-    3 absent (the store has no such chunk; it reads as the fill value).
+    """The chunk grid of ``controller``'s plane at the level it shows: 0 not loaded, 1 in
+    flight, 2 cached, 3 absent (the store has no such chunk; it reads as the fill value).
 
     Returns ``(states, (gy0, gy1, gx0, gx1))``: the source's chunks along the plane's y and x
     axes (only those the plane's selection touches), a window of at most ``max_cells`` per
     axis centred on the visible chunks, with the chunk indices it spans. ``engine`` may be
     None (nothing is cached then).
     """
-    geom, state, source = controller.geometry, controller.state, controller.source
-    selection = geom.selection
-    assert selection is not None  # the controller always sets it
+    request = controller.request()
+    level, state = controller.level_view(request.level)
+    geom, selection, source = level.plane, level.selection, level.source
     plane = tuple(
         slice(None) if d in (geom.ydim, geom.xdim) else state.index(d) for d in geom.dims
     )
     plan = plan_selection(selection.key(plane), source.shape, source.chunks)
     sy, sx = selection.axes[geom.axis(geom.ydim)], selection.axes[geom.axis(geom.xdim)]
-    request = controller.request()
     windows = []
     for axis in (sy, sx):
         positions = [p[0] for p in plan.dims[axis].pieces]

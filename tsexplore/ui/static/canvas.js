@@ -10,9 +10,7 @@ const MAX_TILES = 256;
 
 function bytesOf(b) {
   if (b == null) return new Uint8Array(0);
-  if (b instanceof Uint8Array) return b;
-  if (ArrayBuffer.isView(b)) return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-  return new Uint8Array(b);
+  return ArrayBuffer.isView(b) ? new Uint8Array(b.buffer, b.byteOffset, b.byteLength) : new Uint8Array(b);
 }
 
 function palettes(model) {
@@ -43,11 +41,7 @@ function composeLut(pal, fc, dc) {
   return out;
 }
 
-function make(tag, className) {
-  const e = document.createElement(tag);
-  e.className = className;
-  return e;
-}
+function make(tag, className) { const e = document.createElement(tag); e.className = className; return e; }
 
 function niceStep(span, n) {
   const raw = Math.abs(span) / Math.max(1, n);
@@ -85,6 +79,8 @@ class State {
     for (const name of ["x_axis", "y_axis", "width", "height"]) model.on(`change:${name}`, () => this.resetView());
     model.on("change:title", () => this.drawAll());
     model.on("change:slider", () => this.views.forEach((v) => v.buildSlider()));
+    const v0 = model.get("view0") || {};
+    if (v0.x && v0.y) this.view = this.fit({ x0: v0.x[0], x1: v0.x[1], y0: v0.y[0], y1: v0.y[1] });
     this.send({ type: "ready", ...this.viewport() });
   }
 
@@ -108,17 +104,14 @@ class State {
   viewport() {
     if (!this.view) this.resetView(false);
     const v = this.view, { w, h } = this.box(), dpr = window.devicePixelRatio || 1;
-    return { x: [v.x0, v.x1], y: [v.y0, v.y1], width: Math.round(w * dpr), height: Math.round(h * dpr) };
+    const ny = (this.model.get("y_axis") || {}).size || 1, nx = (this.model.get("x_axis") || {}).size || 1;
+    return { x: [v.x0, v.x1], y: [v.y0, v.y1], width: Math.round(w * dpr), height: Math.round(h * dpr), ny, nx };
   }
   viewChanged() { // redraw now, tell the kernel soon (at most one message per 40 ms)
     this.drawAll();
-    if (this.vpTimer) return;
-    const wait = Math.max(0, 40 - (performance.now() - this.vpSent));
-    this.vpTimer = setTimeout(() => {
-      this.vpTimer = null;
-      this.vpSent = performance.now();
-      this.send({ type: "viewport", ...this.viewport() });
-    }, wait);
+    if (!this.vpTimer) this.vpTimer = setTimeout(() => {
+      this.vpTimer = null; this.vpSent = performance.now(); this.send({ type: "viewport", ...this.viewport() });
+    }, Math.max(0, 40 - (performance.now() - this.vpSent)));
   }
 
   // -- messages -----------------------------------------------------------------------------
@@ -140,7 +133,13 @@ class State {
       this.pendingAck = { seq: msg.seq, t };
       if (msg.ack !== "lazy") this.flushAck();
       else this.ackTimer = setTimeout(() => this.flushAck(), this.model.get("lazy_ack_ms"));
-      this.decode(msg, bytes).then((idx) => this.addFrame(msg, idx));
+      // with the tiles that travelled along (``more``), added in their order
+      let done = Promise.resolve();
+      [[msg, bytes], ...(msg.more || []).map((part, k) => [{ ...msg, ...part }, bytesOf(buffers[k + 1])])]
+        .forEach(([m, b], k) => {
+          if (k) this.counts.bytes += b.byteLength;
+          done = done.then(() => this.decode(m, b)).then((idx) => this.addFrame(m, idx));
+        });
     } else if (msg.type === "ack?") {
       this.flushAck();
     } else if (msg.type === "view") {
@@ -182,7 +181,10 @@ class State {
     const img = same ? old.img : new ImageData(Math.max(1, w), Math.max(1, h));
     const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, canvas, img, extent: { y0, y1, x0, x1 } };
     this.colour(layer);
-    if (mode === "base") { this.base = layer; this.baseGen = msg.gen; }
+    if (mode === "base") { // a newer picture's overview: the older picture goes
+      this.base = layer; this.baseGen = msg.gen;
+      if (msg.gen > this.gen) { this.layers = []; this.gen = msg.gen; }
+    }
     else if (mode === "tile" && msg.gen === this.gen) {
       this.layers.push(layer);
       if (this.layers.length > MAX_TILES) this.layers.shift();
@@ -224,8 +226,7 @@ class State {
     if (fromUser) this.send({ type: "index", dim: s.dim, value: this.index });
   }
   togglePlay() {
-    this.playing = !this.playing;
-    clearTimeout(this.playTimer);
+    this.playing = !this.playing; clearTimeout(this.playTimer);
     if (this.playing) this.step();
     this.views.forEach((v) => v.showIndex());
   }
@@ -240,19 +241,18 @@ class State {
 
 class View {
   constructor(state, el) {
-    this.s = state;
-    this.el = el;
-    el.classList.add("tse-canvas");
-    el.tabIndex = 0;
+    this.s = state; this.el = el;
+    el.classList.add("tse-canvas"); el.tabIndex = 0;
     this.canvas = make("canvas", "tse-canvas-plot");
     this.bar = make("div", "tse-canvas-bar");
-    this.readout = make("span", "tse-canvas-readout");
-    this.bar.append(this.readout);
-    this.sliderRow = make("div", "tse-canvas-slider");
-    el.append(this.canvas, this.bar, this.sliderRow);
+    this.readout = make("span", "tse-canvas-readout"); this.bar.append(this.readout);
+    this.info = make("div", "tse-canvas-info"); this.sliderRow = make("div", "tse-canvas-slider");
+    el.append(this.canvas, this.bar, this.sliderRow, this.info);
     this.buildSlider();
     this.listen();
     this.draw();
+    // a view made after frames came shows them: say so once it is in the page
+    if (state.last) requestAnimationFrame(() => this.draw(state.last));
   }
 
   listen() {
@@ -270,10 +270,7 @@ class View {
       if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
       if (drag.moved) this.pan(-dx, -dy, drag.view); // the picture follows the pointer
     });
-    c.addEventListener("pointerup", (e) => {
-      if (drag && !drag.moved) this.click(e);
-      drag = null;
-    });
+    c.addEventListener("pointerup", (e) => { if (drag && !drag.moved) this.click(e); drag = null; });
     c.addEventListener("wheel", (e) => {
       if (!this.inPlot(e)) return;
       e.preventDefault();
@@ -343,6 +340,7 @@ class View {
     if (c.width !== Math.round(cw * dpr) || c.height !== Math.round(ch * dpr)) {
       c.width = Math.round(cw * dpr); c.height = Math.round(ch * dpr);
       c.style.width = `${cw}px`; c.style.height = `${ch}px`;
+      this.el.style.width = `${cw}px`; // the text rows below never widen the widget
     }
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -362,7 +360,9 @@ class View {
     const last = s.last;
     if (last) {
       Object.assign(this.el.dataset, { seq: last.seq, gen: last.gen, label: last.label || "",
-                                       index: last.index ?? "", painted: s.counts.painted });
+                                       index: last.index ?? "", painted: s.counts.painted,
+                                       mode: last.mode || "replace", final: last.final === false ? "0" : "1" });
+      if (this.info.textContent !== (last.info || "")) this.info.textContent = last.info || "";
     }
     if (msg) this.el.dispatchEvent(new CustomEvent("tse-paint", { detail: msg, bubbles: true }));
   }

@@ -1,0 +1,243 @@
+"""The browser side of ``python -m benchmarks ui``: driving a JupyterLab page and timing moves.
+
+A :class:`Page` is the few calls the benchmark makes (Playwright, or the DevTools protocol with
+no domain enabled: ``--driver cdp``, the default). :func:`timed_moves` presses ArrowRight on a
+slider ``warmup + moves`` times with a random pause after each, timing each move in the page;
+:func:`summary` turns the times and the websocket tally (``COUNT_WS``, counted in the page) into
+the figures reported. The pages: :func:`explorer_page` (the Explorer, its slider in the canvas
+or an ipywidgets one) and :func:`canvas_page` (the bare canvas reference, ``ui_canvas.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Websocket bytes are counted in the page, not with Playwright's ``framereceived`` events:
+# those ship every frame's payload (a megabyte per move, base64) from Chromium to the
+# Playwright driver and on to Python while the move is being timed, on the same two cores.
+COUNT_WS = """(() => {
+  const Base = window.WebSocket;
+  const tally = window.__tse_ws = {recv: 0, sent: 0, nrecv: 0, nsent: 0, on: false};
+  const size = (d) => typeof d === 'string' ? d.length : (d.byteLength ?? d.size ?? 0);
+  window.WebSocket = class extends Base {
+    constructor(url, protocols) {
+      super(url, protocols);
+      if (String(url).includes('/channels')) {
+        this.addEventListener('message', (e) => {
+          if (tally.on) { tally.recv += size(e.data); tally.nrecv += 1; }
+        });
+      }
+    }
+    send(data) {
+      if (tally.on && String(this.url).includes('/channels')) { tally.sent += size(data); tally.nsent += 1; }
+      return super.send(data);
+    }
+  };
+})()"""
+
+
+
+class Page:
+    """The few calls the benchmark makes; the subclasses adapt one driver's page to them."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+
+    def add_init_script(self, source: str) -> None:
+        self.page.add_init_script(source)
+
+    def goto(self, url: str) -> None:
+        self.page.goto(url)
+
+
+class PlaywrightPage(Page):
+    """A Playwright page (``--driver playwright``)."""
+
+    def run_all_cells(self) -> None:
+        from tsexplore.testing.lab import run_all_cells
+
+        run_all_cells(self.page, timeout_ms=300_000)
+
+    def wait_for(self, expression: str) -> None:
+        self.page.wait_for_function(f"() => {expression}")
+
+    def call(self, function: str, *args: Any) -> Any:
+        return self.page.evaluate(function, *args)
+
+    def press(self, key: str) -> None:
+        self.page.keyboard.press(key)
+
+    def screenshot(self, path: Path) -> None:
+        self.page.screenshot(path=str(path))
+
+
+class CdpPage(Page):
+    """A page driven over the DevTools protocol without the Network domain (the default)."""
+
+    def run_all_cells(self) -> None:
+        from tsexplore.testing.lab import ALL_RAN, ERRORS, KERNEL_IDLE
+
+        self.page.wait_for(KERNEL_IDLE, timeout=120)
+        self.page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells'), true")
+        time.sleep(0.5)
+        self.page.wait_for(f"({ALL_RAN})()", timeout=300, poll=0.25)
+        errors = self.page.call(ERRORS)
+        if errors:
+            raise AssertionError("a cell failed in the browser:\n" + "\n".join(errors)[-3000:])
+
+    def wait_for(self, expression: str) -> None:
+        self.page.wait_for(expression, timeout=90)
+
+    def call(self, function: str, *args: Any) -> Any:
+        return self.page.call(function, *args)
+
+    def press(self, key: str) -> None:
+        self.page.press(key)
+
+    def screenshot(self, path: Path) -> None:
+        self.page.screenshot(path)
+
+
+@contextlib.contextmanager
+def open_page(driver: str, profile: Path) -> Iterator[Page]:
+    if driver == "playwright":
+        from tsexplore.testing.lab import chromium
+
+        with chromium(profile, 1800, 1500) as page:
+            yield PlaywrightPage(page)
+    elif driver == "cdp":
+        from tsexplore.testing.cdp import chromium_cdp
+
+        with chromium_cdp(profile, 1800, 1500) as page:
+            yield CdpPage(page)
+    else:
+        raise ValueError(f"unknown driver {driver!r}; known: cdp, playwright")
+
+
+# JupyterLab asks "leave the page?" when a notebook has unsaved output, which blocks the next
+# page's navigation: the benchmark never registers that prompt
+NO_LEAVE_PROMPT = """(() => {
+  const add = window.addEventListener.bind(window);
+  window.addEventListener = (type, fn, opts) => (type === 'beforeunload' ? undefined : add(type, fn, opts));
+})()"""
+
+
+def shutdown_kernels(url: str, token: str) -> None:
+    """Stop every kernel of the server (the next page gets the machine to itself)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=10) as r:
+        kernels = json.load(r)
+    for k in kernels:
+        req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def open_notebook(page: Page, url: str, token: str, workdir: Path, name: str, cells: list[str]) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, workdir / f"{name}.ipynb")
+    # a workspace of its own: JupyterLab does not reopen the previous page's notebook
+    page.goto(f"{url}/lab/workspaces/{name}/tree/{name}.ipynb?token={token}")
+    page.run_all_cells()
+
+
+def timed_moves(page: Page, handle: str, timed: str, want: Any, moves: int, warmup: int,
+                 seed: int) -> tuple[list[float], dict[str, Any]]:
+    """``warmup`` + ``moves`` ArrowRight presses on ``handle``, each timed by ``timed(want(i))``;
+    a random pause (50-67 ms) after each, so key presses fall at random phases of the
+    display's frames. Websocket traffic is counted over the timed moves only."""
+    rng = random.Random(seed)
+    page.call(f"() => document.querySelector({json.dumps(handle)}).focus()")
+    latencies = []
+    for i in range(1, warmup + moves + 1):
+        if i == warmup + 1:
+            page.call("() => { Object.assign(window.__tse_ws, {recv: 0, sent: 0, nrecv: 0, nsent: 0, on: true}); }")
+        page.press("ArrowRight")
+        ms = page.call(timed, want(i))
+        if i > warmup:
+            latencies.append(ms)
+        time.sleep(0.05 + rng.uniform(0, 1 / 60))
+    time.sleep(0.5)
+    traffic = page.call("() => { window.__tse_ws.on = false; return window.__tse_ws; }")
+    return latencies, traffic
+
+
+def summary(kind: str, latencies: list[float], traffic: dict[str, Any], px: int, moves: int,
+             warmup: int) -> dict[str, Any]:
+    ok = [v for v in latencies if v >= 0]
+    pixels = px * px
+    return {
+        "page": kind, "frame": [px, px], "moves": moves, "warmup": warmup,
+        "timed_out": len(latencies) - len(ok),
+        "slider_to_pixel_ms": {"p50": float(np.percentile(ok, 50)) if ok else None,
+                               "p95": float(np.percentile(ok, 95)) if ok else None,
+                               "max": max(ok) if ok else None},
+        "bytes_per_frame": traffic["recv"] / moves,
+        "bytes_per_pixel": traffic["recv"] / moves / pixels,
+        "bytes_sent_back_per_frame": traffic["sent"] / moves,
+        "ws_messages_per_move": {"received": traffic["nrecv"] / moves, "sent": traffic["nsent"] / moves,
+                                 "total": (traffic["nrecv"] + traffic["nsent"]) / moves},
+        "displayed_pixels": pixels,
+        "bytes_limit": 2 * pixels * 4,
+    }
+
+
+# -- the pages ----------------------------------------------------------------------------------
+
+EXPLORER_CELLS = [
+    "import holoviews as hv, numpy as np, tsexplore as tse\n"
+    "hv.extension('bokeh', inline=True, comms='ipywidgets')",
+    "ds = tse.open_dataset({path!r})\n"
+    "_ = ds.temp.isel(time=slice(0, {warm})).values  # warm cache\n"
+    "ex = ds.tse.explore(width={px}, height={px}, stats=False, slider={slider!r})\n"
+    "ex",
+]
+EXPLORER_FIRST = "document.querySelector('.tse-canvas')?.dataset.index === '0'"
+
+
+def explorer_page(page: Page, url: str, token: str, workdir: Path, path: Path, px: int, moves: int,
+                  warmup: int, seed: int, slider: str = "canvas") -> dict[str, Any]:
+    """The Explorer (its slider in the canvas or an ipywidgets one): slider-to-pixel latency
+    and websocket traffic per move, timed as the bare canvas (``tse-paint`` of the index)."""
+    from .ui_canvas import CANVAS_ARM, CANVAS_MOVE, EXECUTE, HANDLES
+
+    name = "explorer" if slider == "canvas" else f"explorer-{slider}"
+    cells = [c.format(path=str(path), warm=moves + warmup + 2, px=px, slider=slider) for c in EXPLORER_CELLS]
+    open_notebook(page, url, token, workdir, name, cells)
+    page.wait_for(EXPLORER_FIRST)
+    time.sleep(1.0)
+    handle = HANDLES["js" if slider == "canvas" else "ipywidgets"]
+    page.call(CANVAS_ARM, handle)
+    latencies, traffic = timed_moves(page, handle, CANVAS_MOVE, lambda i: i, moves, warmup, seed)
+    shot = workdir / f"ui_bench_{name}.png"
+    page.screenshot(shot)
+    canvas = page.call(EXECUTE, "import json; print('TSE ' + json.dumps(ex.canvas.stats()))")
+    line = next((t for t in str(canvas).splitlines() if t.startswith("TSE ")), "TSE {}")
+    return dict(summary(name, latencies, traffic, px, moves, warmup), slider=slider, screenshot=str(shot),
+                canvas=json.loads(line[4:]))
+
+
+def canvas_page(page: Page, url: str, token: str, workdir: Path, px: int, moves: int, warmup: int,
+                seed: int, slider: str, ack: str) -> dict[str, Any]:
+    """The bare canvas reference: a precomputed uint8 frame per slider move."""
+    from .ui_canvas import CANVAS_ARM, CANVAS_FIRST, CANVAS_MOVE, HANDLES, canvas_cells
+
+    name = f"canvas-{slider}-{ack}"
+    open_notebook(page, url, token, workdir, name, canvas_cells(px, slider, ack))
+    page.wait_for(CANVAS_FIRST)
+    time.sleep(1.0)
+    page.call(CANVAS_ARM, HANDLES[slider])
+    latencies, traffic = timed_moves(page, HANDLES[slider], CANVAS_MOVE, lambda i: i, moves, warmup, seed)
+    page.screenshot(workdir / f"ui_bench_{name}.png")
+    return dict(summary(name, latencies, traffic, px, moves, warmup), slider=slider, ack=ack)
