@@ -33,7 +33,7 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError
 from ..sources import close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource
+from ..sources.base import ChunkIndex, ChunkSource, ReadServices
 from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
@@ -61,7 +61,9 @@ class Engine(BlockingReads):
         self._table = ReadTable()
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
-        self._reader = CheckedReader(self.stats, self.absent)
+        self._reader = CheckedReader(
+            self.stats, self.absent, ReadServices(self.stats.count, self.cache.get, self.cache.put)
+        )
         self._lock = threading.Lock()  # the two memories below
         self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
@@ -275,12 +277,20 @@ class Engine(BlockingReads):
     def _dispatch(self) -> None:
         limit = {k: self.concurrency(k) for k in KINDS}
         spec = {k: self.speculative_cap(k) for k in KINDS}
-        for read in self._table.take_runnable(limit, spec):
-            read.task = self._io.loop.create_task(self._run_read(read))
+        create_task = self._io.loop.create_task
+        for batch in self._table.take_runnable(limit, spec):
+            if len(batch) == 1:
+                read = batch[0]
+                read.task = create_task(self._run_read(read))
+                continue
+            self.stats.count("batched", len(batch))
+            pending = batch[0].source.read_chunks_counted([r.index for r in batch])
+            for read, awaitable in zip(batch, pending):
+                read.task = create_task(self._run_read(read, awaitable))
 
-    async def _run_read(self, read: Read) -> None:
+    async def _run_read(self, read: Read, pending: Any = None) -> None:
         try:
-            array = await self._reader.read(read.source, read.index)
+            array = await self._reader.read(read.source, read.index, pending)
         except asyncio.CancelledError:
             self._finish(read, exc=EngineClosedError("engine closed during the read"))
             raise

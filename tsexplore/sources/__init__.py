@@ -75,7 +75,8 @@ def open_group(
     grid: Any = None,
     size: Any = None,
 ) -> SourceGroup:
-    """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source.
+    """Sources for ``obj``: a path/URL, a zarr ``Store``/``Group``/``Array``, a NumPy/dask
+    array, an xarray object or a source.
 
     Every source is built with ``options`` (absent chunks, prefetch policy); a source passed
     in is copied with them (:meth:`ChunkSource.with_options`). ``size`` (an int or
@@ -95,41 +96,67 @@ def open_group(
             obj.multiscale, obj.level,
         )
     if isinstance(obj, (str, Path)):
-        path = os.fspath(obj)
-        lower = path.lower().rstrip("/")
-        if lower.endswith(".npy"):
-            src = open_npy(path, grid, options=options)
-            return SourceGroup({src.name: src})  # type: ignore[attr-defined]
-        if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
-            from .netcdf import open_netcdf
+        return _open_path(os.fspath(obj), storage_options, options, grid, size)
+    if _is_zarr_object(obj):
+        from .zarr_source import open_zarr_group
 
-            sources, coords, attrs, encoding = open_netcdf(path, grid, options)
-            return SourceGroup(sources, coords, attrs, encoding)
-        if _is_zarr_path(path):
-            from .multiscale import open_level, read_multiscale
-            from .zarr_source import open_zarr_group
+        sources, coords, attrs = open_zarr_group(obj, storage_options, options)
+        return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+    return _open_in_memory(obj, options, grid)
 
-            spec = read_multiscale(path, storage_options)
-            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
-                sources, coords, attrs = open_level(spec, 0, storage_options, options)
-                return SourceGroup(sources, coords, attrs, multiscale=spec)
 
-            sources, coords, attrs = open_zarr_group(path, storage_options, options)
-            return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
-        if os.path.isdir(path):
-            try:
-                from .images import open_image_folder
-            except ImportError:  # pragma: no cover - the images module is optional
-                open_image_folder = None  # type: ignore[assignment]
-            if open_image_folder is not None and _is_image_folder(path):
-                return open_image_folder(path, size=size, options=options)  # type: ignore[no-any-return]
-        if not os.path.exists(path):
-            raise UnsupportedSourceError(f"{path!r} does not exist")
-        raise UnsupportedSourceError(
-            f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
-            "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
-            "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
-        )
+def _is_zarr_object(obj: Any) -> bool:
+    """A zarr ``Store``, ``Group`` or ``Array`` (without importing zarr when it is not loaded)."""
+    import sys
+
+    zarr = sys.modules.get("zarr")
+    if zarr is None:
+        return False
+    from zarr.abc.store import Store
+
+    return isinstance(obj, (Store, zarr.Group, zarr.Array))
+
+
+def _open_path(
+    path: str, storage_options: dict[str, Any] | None, options: SourceOptions, grid: Any, size: Any
+) -> SourceGroup:
+    lower = path.lower().rstrip("/")
+    if lower.endswith(".npy"):
+        src = open_npy(path, grid, options=options)
+        return SourceGroup({src.name: src})  # type: ignore[attr-defined]
+    if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
+        from .netcdf import open_netcdf
+
+        sources, coords, attrs, encoding = open_netcdf(path, grid, options)
+        return SourceGroup(sources, coords, attrs, encoding)
+    if _is_zarr_path(path):
+        from .multiscale import open_level, read_multiscale
+        from .zarr_source import open_zarr_group
+
+        spec = read_multiscale(path, storage_options)
+        if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+            sources, coords, attrs = open_level(spec, 0, storage_options, options)
+            return SourceGroup(sources, coords, attrs, multiscale=spec)
+
+        sources, coords, attrs = open_zarr_group(path, storage_options, options)
+        return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+    if os.path.isdir(path):
+        try:
+            from .images import open_image_folder
+        except ImportError:  # pragma: no cover - the images module is optional
+            open_image_folder = None  # type: ignore[assignment]
+        if open_image_folder is not None and _is_image_folder(path):
+            return open_image_folder(path, size=size, options=options)  # type: ignore[no-any-return]
+    if not os.path.exists(path):
+        raise UnsupportedSourceError(f"{path!r} does not exist")
+    raise UnsupportedSourceError(
+        f"cannot tell what {path!r} is. tsexplore opens Zarr stores (a folder with "
+        "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
+        "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
+    )
+
+
+def _open_in_memory(obj: Any, options: SourceOptions, grid: Any) -> SourceGroup:
     try:
         import xarray as xr
     except ImportError:  # pragma: no cover
@@ -152,12 +179,13 @@ def open_group(
         return SourceGroup({"data": ArraySource(obj, None, grid, None, "data", options=options)})
     raise UnsupportedSourceError(
         f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
+        "a zarr Store/Group/Array (icechunk sessions, ObjectStore, FsspecStore...), "
         "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
     )
 
 
 async def close_async_resources() -> None:
     """Close network sessions that live on the calling loop."""
-    from .zarr_source import close_async_fs
+    from .remote import close_async_fs
 
     await close_async_fs()
