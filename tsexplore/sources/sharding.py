@@ -298,7 +298,7 @@ class ShardReader:
         index, index_bytes = self.index_sync(shard)
         spans, runs = self._plan(indices, index)
         key = self.source.shard_key(shard)
-        bufs = [self.store.get_sync(key, ByteRange(r.start, r.stop)) for r in runs]
+        bufs = self.store.get_ranges_sync(key, [ByteRange(r.start, r.stop) for r in runs]) if runs else []
         return self._assemble(indices, shard, spans, runs, bufs, index_bytes)
 
     async def run_async(self, indices: list[ChunkIndex]) -> list[Any]:
