@@ -316,3 +316,20 @@ def parse_bytes(text: str) -> int:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def link_targets(doc: dict[str, Any], args: argparse.Namespace, primary: str) -> list[dict[str, Any]]:
+    """Remote targets of throughput benchmarks: >= 80 % of ``--bandwidth`` (encoded MB/s on
+    the link) and ahead of TensorStore on ``primary`` in the same run."""
+    from . import report
+
+    out = []
+    bandwidth = getattr(args, "bandwidth", 0)
+    if bandwidth:
+        mbps = report.median_of(doc["summary"], "tsexplore", "link_mbps")
+        out.append(report.target("tsexplore reads >= 80 % of the link (encoded MB/s)", mbps,
+                                 ">=", 0.8 * bandwidth / 1e6, "MB/s"))
+    adv = doc["advantage"].get("tensorstore", {}).get(primary)
+    if adv is not None:
+        out.append(report.target("tsexplore vs TensorStore", adv, ">=", 1.0, "x"))
+    return out

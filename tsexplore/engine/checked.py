@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..sources.base import (
     retry_counter,
 )
 from .absent import AbsentChunks
+from .link import LinkModel
 from .stats import Stats
 
 #: starting guess of one read's latency, per kind, before any was measured
@@ -49,6 +51,13 @@ class CheckedReader:
         self.absent = absent
         #: moving average of one read's seconds, per kind ("sync" threads, "async" loop)
         self.latency = {"sync": FIRST_LATENCY, "async": FIRST_LATENCY}
+        self._measured: set[str] = set()
+        #: latency floor and delivered bandwidth of the network requests (fed by the sources'
+        #: byte stores through ``services``)
+        self.link = LinkModel()
+        if services is not None:
+            self.services = replace(services, transfer_start=self.link.start,
+                                    transfer=self.link.record)
 
     def _count_retry(self) -> None:
         self.stats.count("retries")
@@ -134,7 +143,11 @@ class CheckedReader:
     def _record(self, source: ChunkSource, t0: float, encoded: int, array: np.ndarray) -> None:
         elapsed = time.perf_counter() - t0
         kind = "async" if source.is_async else "sync"
-        self.latency[kind] = 0.8 * self.latency[kind] + 0.2 * elapsed
+        if kind in self._measured:
+            self.latency[kind] = 0.8 * self.latency[kind] + 0.2 * elapsed
+        else:  # the first read replaces the guess: a 100 ms store is known at once
+            self._measured.add(kind)
+            self.latency[kind] = elapsed
         self.stats.record_read(encoded, array.nbytes, elapsed)
 
     def slab_latency(self, source: ChunkSource, nchunks: int, concurrency: int) -> float:

@@ -130,15 +130,19 @@ def _open_path(
         sources, coords, attrs, encoding = open_netcdf(path, grid, options)
         return SourceGroup(sources, coords, attrs, encoding)
     if _is_zarr_path(path):
+        import zarr
+
         from .multiscale import open_level, read_multiscale
-        from .zarr_source import open_zarr_group
+        from .zarr_source import open_node, open_zarr_group
 
-        spec = read_multiscale(path, storage_options)
-        if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
-            sources, coords, attrs = open_level(spec, 0, storage_options, options)
-            return SourceGroup(sources, coords, attrs, multiscale=spec)
+        opened = open_node(path, storage_options)  # once: each round trip counts remotely
+        if isinstance(opened[0], zarr.Group):
+            spec = read_multiscale(path, storage_options, group=opened[0])
+            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+                sources, coords, attrs = open_level(spec, 0, storage_options, options)
+                return SourceGroup(sources, coords, attrs, multiscale=spec)
 
-        sources, coords, attrs = open_zarr_group(path, storage_options, options)
+        sources, coords, attrs = open_zarr_group(path, storage_options, options, opened=opened)
         return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
     if os.path.isdir(path):
         try:

@@ -20,6 +20,7 @@ import contextvars
 import copy
 import itertools
 import math
+import time
 import types
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,12 +59,33 @@ class ReadServices:
     count: Callable[[str, int], None]
     cache_get: Callable[[Hashable], np.ndarray | None]
     cache_put: Callable[[Hashable, np.ndarray], bool]
+    #: a network request starts (returns its start time) / finished ``(nbytes, seconds)``:
+    #: how the engine measures the link's latency and bandwidth
+    transfer_start: Callable[[], float] | None = None
+    transfer: Callable[[int, float], None] | None = None
 
 
 #: the services of the read running in this context (None outside the engine)
 read_services: contextvars.ContextVar[ReadServices | None] = contextvars.ContextVar(
     "tsexplore_read_services", default=None
 )
+
+
+def transfer_start() -> float | None:
+    """Note the start of a network request (see :func:`transfer_done`)."""
+    services = read_services.get()
+    if services is None or services.transfer_start is None:
+        return None
+    services.transfer_start()
+    return time.perf_counter()
+
+
+def transfer_done(started: float | None, nbytes: int) -> None:
+    """A network request that :func:`transfer_start` noted ended, having delivered
+    ``nbytes`` (0 when it failed: call it on every exit)."""
+    services = read_services.get()
+    if started is not None and services is not None and services.transfer is not None:
+        services.transfer(nbytes, time.perf_counter() - started)
 
 
 def count_io(name: str, n: int = 1) -> None:

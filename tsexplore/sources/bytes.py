@@ -41,7 +41,7 @@ import numpy as np
 from .. import config
 from ..errors import ReadTimeoutError, RemoteReadError
 from . import buffers
-from .base import count_io, count_retry
+from .base import count_io, count_retry, transfer_done, transfer_start
 
 #: bytes-like answers: ``bytes``, ``memoryview``, ``uint8`` arrays, obstore ``Bytes``
 Buffer = Any
@@ -92,7 +92,13 @@ class ByteStore:
     async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
         """The object's bytes (``rng``: a part of them), or None when it is absent."""
         count_range(rng)
-        return await with_retries(lambda: self._get(key, rng), self.url(key), self.classify)
+        started = transfer_start()
+        out = None
+        try:
+            out = await with_retries(lambda: self._get(key, rng), self.url(key), self.classify)
+        finally:
+            transfer_done(started, 0 if out is None else len(out))
+        return out
 
     def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
         """Like :meth:`get`, blocking (only where ``sync`` is True)."""

@@ -322,9 +322,10 @@ def _on_zarr_loop(coro: Any) -> Any:
     return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
-def _open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, str, Any]:
+def open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, str, Any]:
     """(zarr node, root name, store object or None) for a path/URL, a zarr ``Store``, a
-    ``zarr.Group`` or a ``zarr.Array``."""
+    ``zarr.Group`` or a ``zarr.Array``. Zarr v3 is asked first (one ``zarr.json``), v2 only
+    when that fails: a remote store pays a round trip per metadata key tried."""
     import zarr
     from zarr.abc.store import Store
 
@@ -346,10 +347,14 @@ def _open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, s
             store = FsspecStore.from_url(root, storage_options=storage_options, read_only=True)
         except Exception as exc:  # noqa: BLE001
             raise SourceError(f"cannot open {obj!r}: {type(exc).__name__}: {exc}") from exc
-        node, _, _ = _open_node(store, None)
+        node, _, _ = open_node(store, None)
         return node, root, store
+    so = storage_options or None
     try:
-        node = zarr.open(store=root, mode="r", storage_options=storage_options or None)
+        try:  # (zarr.open reads zarr.json twice for a group: once as an array)
+            node = zarr.open_group(store=root, mode="r", storage_options=so, zarr_format=3)
+        except Exception:  # noqa: BLE001 - not a v3 group (or not there): let zarr look
+            node = zarr.open(store=root, mode="r", storage_options=so)
     except FileNotFoundError as exc:
         raise SourceError(f"no Zarr store at {obj!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
@@ -358,18 +363,22 @@ def _open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, s
 
 
 def open_zarr_group(
-    url: Any, storage_options: dict[str, Any] | None = None, options: SourceOptions = DEFAULT_OPTIONS
+    url: Any,
+    storage_options: dict[str, Any] | None = None,
+    options: SourceOptions = DEFAULT_OPTIONS,
+    opened: tuple[Any, str, Any] | None = None,
 ) -> tuple[dict[str, ZarrSource], dict[str, Any], dict[str, Any]]:
     """Sources for every array of a Zarr group (or a lone array): (sources, coords, attrs).
 
     ``url``: a path or fsspec URL, a zarr ``Store`` (icechunk session stores, ``ObjectStore``,
-    ``FsspecStore``, ``MemoryStore``...), a ``zarr.Group`` or a ``zarr.Array``.
-    Coordinates are 1-D arrays named after their dimension; they are read eagerly, as xarray
-    reads index coordinates, and come as ``(dims, values, attrs, encoding)``.
+    ``FsspecStore``, ``MemoryStore``...), a ``zarr.Group`` or a ``zarr.Array``; ``opened``:
+    what :func:`open_node` gave for it. Coordinates are 1-D arrays named after their
+    dimension; they are read eagerly (all at once), as xarray reads index coordinates, and
+    come as ``(dims, values, attrs, encoding)``.
     """
     import zarr
 
-    node, root, store = _open_node(url, storage_options)
+    node, root, store = opened or open_node(url, storage_options)
     if isinstance(node, zarr.Array):
         name = node.basename or "data"
         arrays = {name: node}
@@ -389,8 +398,24 @@ def open_zarr_group(
     for name, arr in sorted(arrays.items()):
         meta = variable_meta(arr, name)
         if arr.ndim == 1 and meta.dims == (name,) and arr.size <= 50_000_000:
-            values = np.asarray(arr[...])
-            coords[name] = (meta.dims, values, meta.attrs, meta.encoding, meta.store_dtype)
+            coords[name] = (meta.dims, arr, meta.attrs, meta.encoding, meta.store_dtype)
             continue
         sources[name] = ZarrSource(arr, base, name, storage_options, options, store=store)
+    for (name, entry), values in zip(coords.items(), _read_whole([c[1] for c in coords.values()])):
+        coords[name] = (entry[0], values, *entry[2:])
     return sources, coords, attrs
+
+
+def _read_whole(arrays: list[Any]) -> list[np.ndarray]:
+    """The values of several zarr arrays, read concurrently (one round trip, not one each)."""
+    if len(arrays) <= 1:
+        return [np.asarray(a[...]) for a in arrays]
+    from zarr.core.sync import sync
+
+    async def read_all() -> list[Any]:
+        return list(await asyncio.gather(*(a._async_array.getitem(()) for a in arrays)))
+
+    try:
+        return [np.asarray(v) for v in sync(read_all())]
+    except Exception:  # noqa: BLE001 - read them one by one, as zarr would, for its errors
+        return [np.asarray(a[...]) for a in arrays]
