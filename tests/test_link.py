@@ -69,3 +69,48 @@ def test_between_bursts_the_measured_bandwidth_keeps_the_depth() -> None:
     full = GAIN * model.bandwidth * 0.26 / 2_000_000 + LOWEST  # less a little decay
     assert 0.85 * full <= cap <= full + 1
     assert model.concurrency(10.0, now=clock.now + 40) < cap  # and it decays
+
+
+# -- the look-ahead's depth and batches -----------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tsexplore.engine.lookahead import look_ahead  # noqa: E402
+
+
+@given(st.integers(0, 60), st.integers(1, 12), st.booleans(), st.integers(0, 60))
+def test_look_ahead_yields_in_order_within_its_depth(n, ahead, many, stop_at) -> None:  # type: ignore[no-untyped-def]
+    issued: list[list[int]] = []
+    waited: list[int] = []
+    abandoned: list[int] = []
+    depths = iter(range(1, 10_000))  # a depth that grows, asked again each time
+
+    def issue(i: int) -> int:
+        issued.append([i])
+        return i
+
+    def issue_many(items: list[int]) -> list[int]:
+        issued.append(list(items))
+        return list(items)
+
+    def wait(i: int, handle: int) -> int:
+        waited.append(i)
+        outstanding = sum(len(b) for b in issued) - len(waited)
+        assert outstanding < (ahead if not many else 10_000)
+        return handle * 10
+
+    gen = look_ahead(range(n), issue, wait, ahead=(lambda: min(ahead, next(depths))) if many else ahead,
+                     abandon=abandoned.append, issue_many=issue_many if many else None)
+    out = []
+    for item, value in gen:
+        out.append((item, value))
+        if len(out) == stop_at:
+            break
+    gen.close()
+    assert out == [(i, i * 10) for i in range(len(out))]
+    flat = [i for b in issued for i in b]
+    assert flat == list(range(len(flat)))  # issued in order, each once
+    assert sorted(abandoned) == flat[len(out):]  # what was issued but not used
+    if many:
+        assert all(len(b) <= ahead for b in issued)

@@ -112,7 +112,12 @@ class BlockingReads:
         depth: Any = ahead or self.stream_ahead(source)
         if not ahead and source.is_async:
             depth = lambda: self.stream_ahead(source)  # noqa: E731
+        many = None
+        if source.coalesces:  # inner chunks of one shard: queue them together, to batch
+            def many(batch: list[ChunkIndex]) -> list[cf.Future]:
+                return self.request(source, batch, Priority.PLANNED, cache=cache)  # type: ignore[no-any-return]
+
         yield from look_ahead(
             indices, issue, wait, ahead=depth,
-            hint=lambda batch: self.advise(source, batch),
+            hint=lambda batch: self.advise(source, batch), issue_many=many,
         )

@@ -27,12 +27,15 @@ def look_ahead(
     ahead: int | Callable[[], int],
     hint: Callable[[list[T]], None] | None = None,
     abandon: Callable[[H], object] | None = None,
+    issue_many: Callable[[list[T]], list[H]] | None = None,
 ) -> Generator[tuple[T, R], None, None]:
     """Yield ``(item, wait(item, issue(item)))`` for each item, ``ahead`` issued in advance.
 
     ``hint(batch)`` is called with items not hinted before, up to ``2 * ahead`` past the
     head. When the consumer stops early, ``abandon(handle)`` is called for every handle
-    issued but not waited on.
+    issued but not waited on. ``issue_many(items)``: issue several at once (their handles
+    in order); then the look-ahead refills only when half of it is used, in one call, so
+    that reads the engine may batch (inner chunks of one shard) are queued together.
     """
     fixed = 0 if callable(ahead) else max(1, int(ahead))
     pending: deque[tuple[T, H]] = deque()
@@ -53,9 +56,14 @@ def look_ahead(
                 fresh.append(item)
             if fresh and hint is not None:
                 hint(fresh)
-            while hinted and len(pending) < ahead_now:
-                item = hinted.popleft()
-                pending.append((item, issue(item)))
+            if issue_many is not None:
+                if hinted and len(pending) <= ahead_now // 2:
+                    batch = [hinted.popleft() for _ in range(min(len(hinted), ahead_now - len(pending)))]
+                    pending.extend(zip(batch, issue_many(batch)))
+            else:
+                while hinted and len(pending) < ahead_now:
+                    item = hinted.popleft()
+                    pending.append((item, issue(item)))
             if not pending:
                 return
             item, handle = pending.popleft()
