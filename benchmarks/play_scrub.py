@@ -9,9 +9,12 @@
   ``cache_high_water`` must stay <= budget; peers show their RSS), and tsexplore opens a
   10^15-element ``tse.synthetic`` array (time and RSS).
 
-Systems: tsexplore, zarr, xarray (``chunks=None``), xarray-dask (default chunks) and
-TensorStore (zarr3 driver, 1 GB ``cache_pool``). ``--remote`` serves the store from a
-loopback HTTP server with 20 ms per request and points every system at its URL.
+Systems: tsexplore, zarr, xarray (``chunks=None``), xarray-dask (default chunks),
+TensorStore (zarr3 driver, 1 GB ``cache_pool``) and zarrs (zarr-python with the zarrs codec
+pipeline). ``--remote`` serves the store from a loopback HTTP server (``--latency`` per
+request, 20 ms by default, and ``--bandwidth``) and points every system at its URL; ``--s3``
+does the same through a moto S3 server; remote play reports p99 and the frames late after
+the first second. ``--layout`` reads a sharded (or the unsharded) 128-frame cube.
 """
 
 from __future__ import annotations
