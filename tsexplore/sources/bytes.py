@@ -151,7 +151,7 @@ async def with_retries(
         except (asyncio.TimeoutError, TimeoutError) as exc:
             kind, error = "timeout", exc
         except Exception as exc:  # noqa: BLE001 - classified below
-            kind, error = classify(exc), exc
+            kind, error = classify(exc), exc  # type: ignore[assignment]
         if kind == "missing":
             return None
         if kind == "fatal" or tries >= settings.retries:
@@ -233,7 +233,8 @@ def classify_error(exc: BaseException) -> str:
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
-    out, seen = [], set()
+    out: list[BaseException] = []
+    seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen and len(out) < 8:
         out.append(e)
@@ -327,7 +328,7 @@ def _pread(fd: int, start: int, n: int, reuse: bool, grow: bool) -> memoryview |
             _scratch.buf = buf
         view = memoryview(buf)
     else:
-        view = memoryview(buffers.empty(n + 1 if grow else n))  # recycled when unused
+        view = memoryview(buffers.empty(n + 1 if grow else n))  # type: ignore[arg-type]  # recycled when unused
     got = 0
     while got < n or (grow and got == len(view)):
         if got == len(view):  # the file grew: enlarge and keep reading

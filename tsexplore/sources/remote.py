@@ -157,7 +157,7 @@ class ObstoreBytes(ByteStore):
         options: dict[str, Any] = {}
         if rng is not None:
             options["range"] = {"suffix": -rng.start} if rng.is_suffix else {"offset": rng.start}
-        result = await obstore.get_async(self.store, path, options=options or None)
+        result = await obstore.get_async(self.store, path, options=options or None)  # type: ignore[arg-type]
         return await result.bytes_async()
 
 
@@ -171,12 +171,12 @@ def obstore_for(root: str, storage_options: dict[str, Any]) -> ObstoreBytes | No
     from datetime import timedelta
 
     settings = config.get()
-    retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=settings.http_timeout),
+    retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=settings.http_timeout),
              "backoff": {"init_backoff": timedelta(seconds=0.1),
                          "max_backoff": timedelta(seconds=1), "base": 2.0}}
     # obstore's own timeout is a backstop: tsexplore's (http_timeout, per attempt) comes first
     backstop = timedelta(seconds=2 * settings.http_timeout + 5)
-    client: dict[str, Any] = {"timeout": backstop, "allow_http": True}
+    client: Any = {"timeout": backstop, "allow_http": True}
     protocol, _, rest = root.partition("://")
     try:
         if protocol in ("http", "https"):
@@ -192,7 +192,7 @@ def obstore_for(root: str, storage_options: dict[str, Any]) -> ObstoreBytes | No
             from obstore.store import S3Store
 
             bucket, _, prefix = rest.partition("/")
-            store = S3Store(bucket, config=config_, client_options=client, retry_config=retry)
+            store = S3Store(bucket, config=config_, client_options=client, retry_config=retry)  # type: ignore[arg-type]
             return ObstoreBytes(store, prefix, root)
     except Exception:  # noqa: BLE001 - a configuration obstore cannot take: fsspec reads it
         return None

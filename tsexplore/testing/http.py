@@ -182,7 +182,7 @@ class StoreServer:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             parsed = urlparse(self.upstream)
-            conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+            conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
             self._local.conn = conn
         sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
         for attempt in (0, 1):  # a kept-alive upstream connection may have been closed
@@ -249,6 +249,7 @@ def _handler(server: StoreServer) -> type[BaseHTTPRequestHandler]:
                 server._stop.wait(fault.stall)
                 self.close_connection = True  # stalled, then closed without an answer
                 return
+            extra: dict[str, str]
             if fault is not None and not fault.cut:
                 status, data, extra = fault.status, b"injected fault", {}
             elif server.upstream is not None:
