@@ -42,6 +42,15 @@ class DataSpec:
 FULL = DataSpec(ROOT / "data" / "bench_cube.zarr", (512, 1024, 1024), (16, 256, 256), "full")
 SMALL = DataSpec(ROOT / "data" / "bench_cube_small.zarr", (64, 256, 256), (16, 64, 64), "small")
 
+#: ``--layout``: the same 128 frames (32 with --small) stored three ways, blosc-zstd:
+#: name -> (file suffix, inner chunks, shards) at full size, then at --small
+LAYOUTS: dict[str, tuple[str, tuple[int, int, int], tuple[int, int, int] | None]] = {
+    "unsharded": ("none", (16, 256, 256), None),
+    "sharded-16": ("16", (16, 256, 256), (16, 1024, 1024)),
+    "sharded-1": ("1", (1, 256, 256), (16, 1024, 1024)),
+}
+LAYOUT_SHAPE = {"full": (128, 1024, 1024), "small": (32, 256, 256)}
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -81,6 +90,20 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
                         "every system at its URL")
     p.add_argument("--latency", type=float, default=0.02,
                    help="seconds per HTTP request with --remote (default 0.02)")
+    p.add_argument("--bandwidth", type=parse_bytes, default=0,
+                   help="with --remote or --s3: the link's bytes/s shared by all requests "
+                        "(e.g. 200MB; default: no cap)")
+    p.add_argument("--s3", action="store_true",
+                   help="serve the store from a moto S3 server (behind the --latency / "
+                        "--bandwidth link) and point every system at its s3:// URL")
+    p.add_argument("--reader", choices=("auto", "obstore", "fsspec"), default=None,
+                   help="tsexplore's remote reader (tse.config remote_reader; default: its own)")
+    p.add_argument("--layout", choices=tuple(LAYOUTS), default=None,
+                   help="the 128-frame cube stored unsharded, or in 16x1024x1024 shards of "
+                        "16x256x256 or 1x256x256 inner chunks (bench_sharded_*.zarr in "
+                        "--data-dir, written once)")
+    p.add_argument("--data-dir", type=Path, default=ROOT / "data",
+                   help="where --layout stores live (default data/)")
     p.add_argument("--no-drop-caches", action="store_true",
                    help="skip the machine-wide drop_caches; only posix_fadvise the store's files")
     p.add_argument("--from-all", action="store_true", help=argparse.SUPPRESS)
@@ -98,48 +121,107 @@ def parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace
 
 
 class serve:
-    """``with serve(path, args) as (url, server)``: a loopback StoreServer under ``--remote``.
+    """``with serve(path, args) as (url, server)``: the store over a modelled link.
 
-    Without ``--remote`` the url is the local path and the server None. The server runs in
-    this (parent) process, which only waits on its children, so its threads have the CPU.
+    ``--remote``: a loopback StoreServer serving the folder; ``--s3``: a moto S3 server
+    (the store uploaded once) behind a StoreServer proxy; both with ``--latency`` seconds
+    per request and ``--bandwidth`` bytes/s shared. Without either, the url is the local
+    path and the server None. ``storage_options`` and ``env`` are what children need to
+    reach it. The servers run in this (parent) process, which only waits on its children.
     """
 
     def __init__(self, path: Path, args: argparse.Namespace) -> None:
         self.path, self.args = path, args
         self.server: Any = None
+        self.moto: Any = None
+        self.storage_options: dict[str, Any] | None = None
+        self.env: dict[str, str] = {}
         self._count = 0
+        self._bytes = 0
+        self.resets = 0
+        if getattr(args, "reader", None):
+            self.env["TSEXPLORE_REMOTE_READER"] = args.reader
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.args.remote or getattr(self.args, "s3", False))
+
+    def describe(self) -> str:
+        """The link in words, for titles."""
+        if not self.remote:
+            return "local"
+        bw = getattr(self.args, "bandwidth", 0)
+        return (f"{'S3 (moto)' if getattr(self.args, 's3', False) else 'HTTP'}, "
+                f"{self.args.latency * 1e3:.0f} ms/request"
+                + (f", {bw / 1e6:.0f} MB/s" if bw else ""))
 
     def __enter__(self) -> tuple[str, Any]:
-        if not self.args.remote:
+        if not self.remote:
             return str(self.path), None
         from tsexplore.testing.http import StoreServer
 
-        self.server = server = StoreServer(self.path, latency=self.args.latency)
-        # a child that exits with reads in flight resets its connections: count, don't print
-        self.resets = 0
+        bandwidth = float(getattr(self.args, "bandwidth", 0) or 0)
+        if getattr(self.args, "s3", False):
+            from tsexplore.testing.s3 import KEY, REGION, SECRET, MotoS3
+
+            self.moto = MotoS3()
+            log(f"uploading {self.path} to moto S3 (once per benchmark)")
+            url = self.moto.upload(self.path, self.path.name)
+            self.server = server = self.moto.proxy(self.args.latency, bandwidth)
+            self.storage_options = self.moto.storage_options(server.url)
+            self.env.update({"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+                             "AWS_REGION": REGION, "AWS_ENDPOINT_URL": server.url})
+        else:
+            self.server = server = StoreServer(self.path, latency=self.args.latency,
+                                               bandwidth=bandwidth)
+            url = server.url
 
         def quiet(request: Any, client_address: Any) -> None:
+            # a child that exits with reads in flight resets its connections: count them
             self.resets += 1
 
         server._httpd.handle_error = quiet  # type: ignore[method-assign]
-        return server.url, server
+        return url, server
 
     def before(self, system: str) -> None:
-        """Hook for :func:`run_matrix`: remember the request count."""
+        """Hook for :func:`run_matrix`: remember the request and byte counts."""
         if self.server is not None:
             self._count = len(self.server.requests)
+            self._bytes = self.server.bytes_sent
 
     def after(self, system: str, result: dict[str, Any]) -> None:
-        """Hook for :func:`run_matrix`: the HTTP requests this run made."""
-        if self.server is not None:
-            result["http_requests"] = len(self.server.requests) - self._count
+        """Hook for :func:`run_matrix`: the requests and bytes this run moved over the link."""
+        if self.server is None:
+            return
+        requests = len(self.server.requests) - self._count
+        moved = self.server.bytes_sent - self._bytes
+        result["http_requests"] = requests
+        result["link_mb"] = moved / 1e6
+        result["requests_per_gb"] = requests / (moved / 1e9) if moved else None
+        seconds = result.get("elapsed_s") or result.get("total_s") or result.get("work_s")
+        if seconds:
+            result["link_mbps"] = moved / 1e6 / seconds
+            bandwidth = getattr(self.args, "bandwidth", 0)
+            if bandwidth:
+                result["link_share"] = moved / seconds / bandwidth
 
     def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
+        if self.moto is not None:
+            self.moto.close()  # and its proxy
+        elif self.server is not None:
             self.server.close()
 
 
 HTTP_REQUESTS = Metric("http_requests", "HTTP requests", "lower", "{:.0f}")
+REQUESTS_PER_GB = Metric("requests_per_gb", "requests/GB", "lower", "{:.0f}")
+LINK_MBPS = Metric("link_mbps", "link MB/s (encoded)", "higher", "{:.1f}")
+
+
+def remote_metrics(served: serve, throughput: bool = False) -> list[Metric]:
+    """The columns a remote run adds: requests, requests per GB (and link MB/s)."""
+    if not served.remote:
+        return []
+    return [HTTP_REQUESTS, REQUESTS_PER_GB, *([LINK_MBPS] if throughput else [])]
 
 
 def pick_systems(requested: str, known: Sequence[str], lenient: bool = False) -> list[str]:
@@ -163,6 +245,8 @@ def data_spec(args: argparse.Namespace) -> DataSpec:
 
     ``--path`` to an existing store uses that store's own shape and chunks.
     """
+    if getattr(args, "layout", None):
+        return layout_spec(args)
     base = SMALL if args.small else FULL
     if args.path is None:
         spec = base
@@ -180,6 +264,27 @@ def data_spec(args: argparse.Namespace) -> DataSpec:
                         size=spec.size, overwrite=True, progress=True)
         tse.close()
     return spec
+
+
+def layout_spec(args: argparse.Namespace) -> DataSpec:
+    """The ``--layout`` store (``bench_sharded_<n>.zarr``), written on first use."""
+    size = "small" if args.small else "full"
+    suffix, inner, shards = LAYOUTS[args.layout]
+    shape = LAYOUT_SHAPE[size]
+    if size == "small":
+        inner = (inner[0], 64, 64)
+        shards = (16, 256, 256) if shards else None
+    name = f"bench_sharded_{suffix}{'_small' if size == 'small' else ''}.zarr"
+    path = Path(args.data_dir).resolve() / name
+    found = _existing(path)
+    if found is None or found.shape != shape:
+        log(f"writing {path} {shape}, chunks {inner}, shards {shards} (once)")
+        import tsexplore as tse
+
+        tse.sample_data("cube", path, shape=shape, chunks=inner, shards=shards, size=size,
+                        overwrite=True, progress=True)
+        tse.close()
+    return DataSpec(path, shape, inner, size)  # type: ignore[arg-type]
 
 
 def _existing(path: Path) -> DataSpec | None:
@@ -211,3 +316,20 @@ def parse_bytes(text: str) -> int:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def link_targets(doc: dict[str, Any], args: argparse.Namespace, primary: str) -> list[dict[str, Any]]:
+    """Remote targets of throughput benchmarks: >= 80 % of ``--bandwidth`` (encoded MB/s on
+    the link) and ahead of TensorStore on ``primary`` in the same run."""
+    from . import report
+
+    out = []
+    bandwidth = getattr(args, "bandwidth", 0)
+    if bandwidth:
+        mbps = report.median_of(doc["summary"], "tsexplore", "link_mbps")
+        out.append(report.target("tsexplore reads >= 80 % of the link (encoded MB/s)", mbps,
+                                 ">=", 0.8 * bandwidth / 1e6, "MB/s"))
+    adv = doc["advantage"].get("tensorstore", {}).get(primary)
+    if adv is not None:
+        out.append(report.target("tsexplore vs TensorStore", adv, ">=", 1.0, "x"))
+    return out

@@ -27,11 +27,13 @@ from typing import Any
 from . import common, report, runner
 from .common import Metric
 
-SYSTEMS = ("tsexplore", "tsexplore-torch", "torch", "xbatcher")
+SYSTEMS = ("tsexplore", "tsexplore-torch", "torch", "xbatcher", "tensorstore")
+TS_CACHE_BYTES = 1_000_000_000
 SAMPLE = {"time": 16, "y": 64, "x": 64}
 BATCH_SIZE = 32
 WORKERS = 2
-DEFAULT_BATCHES = {"tsexplore": 200, "tsexplore-torch": 200, "torch": 60, "xbatcher": 20}
+DEFAULT_BATCHES = {"tsexplore": 200, "tsexplore-torch": 200, "torch": 60, "xbatcher": 20,
+                   "tensorstore": 200}
 
 METRICS = [
     Metric("samples_per_s", "samples/s", "higher", "{:.0f}"),
@@ -68,8 +70,9 @@ class ZarrWindows:
     The array is opened lazily in each worker (zarr's event loop must not cross a fork).
     """
 
-    def __init__(self, path: str, shape: list[int]) -> None:
+    def __init__(self, path: str, shape: list[int], options: dict | None = None) -> None:
         self.path = path
+        self.options = options
         self.origins = _windows(shape)
         self._arr: Any = None
 
@@ -80,18 +83,20 @@ class ZarrWindows:
         if self._arr is None:
             import zarr
 
-            self._arr = zarr.open_array(self.path, path=common.VARIABLE, mode="r")
+            self._arr = zarr.open_array(self.path, path=common.VARIABLE, mode="r",
+                                        storage_options=self.options)
         t, y, x = self.origins[i]
         return self._arr[t:t + SAMPLE["time"], y:y + SAMPLE["y"], x:x + SAMPLE["x"]]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "origins": self.origins, "_arr": None}
+        return {"path": self.path, "options": self.options, "origins": self.origins,
+                "_arr": None}
 
 
-def _iter_tsexplore(path: str, need: int, torch: bool) -> Any:
+def _iter_tsexplore(path: str, need: int, torch: bool, options: dict | None = None) -> Any:
     import tsexplore as tse
 
-    da = tse.open_dataset(path)[common.VARIABLE]
+    da = tse.open_dataset(path, storage_options=options)[common.VARIABLE]
     probe = tse.batches(da, sample=SAMPLE, batch_size=BATCH_SIZE, shuffle=True, seed=0)
     per_epoch = max(1, len(probe))
     epochs = max(1, math.ceil(need / per_epoch))
@@ -104,11 +109,11 @@ def _iter_tsexplore(path: str, need: int, torch: bool) -> Any:
     return iter(DataLoader(b.torch(num_workers=WORKERS), batch_size=None, num_workers=WORKERS))
 
 
-def _iter_torch(path: str, shape: list[int], need: int) -> Any:
+def _iter_torch(path: str, shape: list[int], need: int, options: dict | None = None) -> Any:
     import torch
     from torch.utils.data import DataLoader
 
-    ds = ZarrWindows(path, shape)
+    ds = ZarrWindows(path, shape, options)
     gen = torch.Generator().manual_seed(0)
     loader: Any = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=True,  # type: ignore[arg-type]
                              num_workers=WORKERS, generator=gen, persistent_workers=True)
@@ -120,12 +125,35 @@ def _iter_torch(path: str, shape: list[int], need: int) -> Any:
     return forever()
 
 
-def _iter_xbatcher(path: str, need: int) -> Any:
+def _iter_tensorstore(path: str, shape: list[int], options: dict | None) -> Any:
+    """The same shuffled windows through TensorStore (1 GB cache pool), a batch's 32 reads
+    issued at once."""
+    import numpy as np
+
+    from .play_scrub import open_tensorstore
+
+    arr = open_tensorstore(path, TS_CACHE_BYTES, options)
+    origins = _windows(shape)
+    rng = np.random.default_rng(0)
+    w = SAMPLE
+
+    def batches() -> Any:
+        while True:
+            order = rng.permutation(len(origins))
+            for k in range(0, len(order), BATCH_SIZE):
+                futures = [arr[t:t + w["time"], y:y + w["y"], x:x + w["x"]].read()
+                           for t, y, x in (origins[int(i)] for i in order[k:k + BATCH_SIZE])]
+                yield np.stack([f.result() for f in futures])
+
+    return batches()
+
+
+def _iter_xbatcher(path: str, need: int, options: dict | None = None) -> Any:
     import numpy as np
     import xarray as xr
     import xbatcher
 
-    da = xr.open_zarr(path, chunks=None)[common.VARIABLE]
+    da = xr.open_zarr(path, chunks=None, storage_options=options)[common.VARIABLE]
     gen = xbatcher.BatchGenerator(da, input_dims=dict(SAMPLE))
     rng = np.random.default_rng(0)
 
@@ -144,20 +172,24 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
 
     imports = {"tsexplore": ("tsexplore", "zarr", "dask.array"),
                "tsexplore-torch": ("tsexplore", "zarr", "dask.array", "torch"),
-               "torch": ("torch", "zarr"), "xbatcher": ("xbatcher", "xarray", "zarr", "dask.array")}
+               "torch": ("torch", "zarr"), "xbatcher": ("xbatcher", "xarray", "zarr", "dask.array"),
+               "tensorstore": ("tensorstore",)}
     if system not in imports:
         raise ValueError(f"unknown system {system!r}; known: {SYSTEMS}")
     for name in imports[system]:
         importlib.import_module(name)
     sampler.mark_baseline()
     path, need, limit = params["path"], int(params["batches"]), float(params["max_seconds"])
+    options = params.get("storage_options")
     t0 = time.perf_counter()
     if system in ("tsexplore", "tsexplore-torch"):
-        it = _iter_tsexplore(path, need, system == "tsexplore-torch")
+        it = _iter_tsexplore(path, need, system == "tsexplore-torch", options)
     elif system == "torch":
-        it = _iter_torch(path, params["shape"], need)
+        it = _iter_torch(path, params["shape"], need, options)
+    elif system == "tensorstore":
+        it = _iter_tensorstore(path, params["shape"], options)
     else:
-        it = _iter_xbatcher(path, need)
+        it = _iter_xbatcher(path, need, options)
     samples = batches = 0
     first = None
     shape = None
@@ -185,6 +217,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
 
         s = tse.stats()
         out["stats"] = {"bytes_decoded": s.bytes_decoded, "reads": s.reads,
+                        "bytes_read": s.bytes_read, "store_requests": s.store_requests,
                         "hits": s.hits, "cache_high_water": s.cache_high_water}
     return out
 
@@ -202,18 +235,19 @@ def main(argv: list[str]) -> int:
     spec = common.data_spec(args)
     shape = json.loads((Path(spec.path) / common.VARIABLE / "zarr.json").read_text())["shape"]
     counts = {s: args.batches or DEFAULT_BATCHES[s] for s in systems}
-    metrics = [*METRICS, common.HTTP_REQUESTS] if args.remote else METRICS
     served = common.serve(spec.path, args)
+    metrics = [*METRICS, *common.remote_metrics(served, throughput=True)]
     with served as (url, _server):
         common.log(f"patches: {systems} x {args.repeat} on {url}, batches {counts}, "
                    f"at most {args.max_seconds:.0f} s each")
         runs = runner.run_matrix(
             "patches", systems,
             lambda s, r: {"path": url, "shape": shape, "batches": counts[s],
-                          "max_seconds": args.max_seconds},
+                          "max_seconds": args.max_seconds,
+                          "storage_options": served.storage_options},
             repeat=args.repeat, timeout=max(args.timeout, args.max_seconds + 120),
             store=spec.path, drop_caches=not args.no_drop_caches,
-            before=served.before, after=served.after,
+            env_for=lambda s: served.env, before=served.before, after=served.after,
             describe=lambda r: (f"{r['samples_per_s']:.0f} samples/s over {r['batches']} "
                                 f"batches, peak RSS {r['peak_rss_mb']:.0f} MB"))
     doc = report.document("patches", args, spec, systems, runs, metrics,
@@ -228,7 +262,13 @@ def main(argv: list[str]) -> int:
     if doc["vs_best_peer"] is not None:
         doc["notes"] = [f"tsexplore vs the better peer (torch / xbatcher): "
                         f"{doc['vs_best_peer']:.2f}x the samples/s"]
+    doc["targets"] = _link_targets(doc, args) if served.remote else []
     title = (f"patches ({SAMPLE['time']}x{SAMPLE['y']}x{SAMPLE['x']} windows, batches of "
-             f"{BATCH_SIZE}, shuffled; median of {args.repeat} runs)")
+             f"{BATCH_SIZE}, shuffled; {served.describe()}; median of {args.repeat} runs)")
     report.report(doc, metrics, title, args.json_only)
     return report.exit_status(doc, args.check)
+
+
+def _link_targets(doc: dict[str, Any], args: Any) -> list[dict[str, Any]]:
+    """Remote: tsexplore's share of the link, and ahead of TensorStore."""
+    return common.link_targets(doc, args, "samples_per_s")

@@ -45,7 +45,7 @@ IMPORTS = {"tsexplore": ("tsexplore", "zarr", "dask.array"),
 def _tsexplore(path: str, params: dict[str, Any]) -> Any:
     import tsexplore as tse
 
-    ds = tse.open_dataset(path)
+    ds = tse.open_dataset(path, storage_options=params.get("storage_options"))
     kwargs = {"backend": params["backend"]} if params.get("backend") else {}
     res = tse.reduce(ds[common.VARIABLE], "mean", dim="time", **kwargs)
     return getattr(res, "values", res)
@@ -54,14 +54,15 @@ def _tsexplore(path: str, params: dict[str, Any]) -> Any:
 def _tsexplore_dask(path: str, params: dict[str, Any]) -> Any:
     import tsexplore as tse
 
-    ds = tse.open_dataset(path, chunks={})
+    ds = tse.open_dataset(path, chunks={}, storage_options=params.get("storage_options"))
     return ds[common.VARIABLE].mean("time").compute().values
 
 
 def _xarray_dask(path: str, params: dict[str, Any]) -> Any:
     import xarray as xr
 
-    return xr.open_zarr(path)[common.VARIABLE].mean("time").compute().values
+    options = params.get("storage_options")
+    return xr.open_zarr(path, storage_options=options)[common.VARIABLE].mean("time").compute().values
 
 
 def _slab_loop(read: Any, shape: tuple[int, ...], step: int) -> Any:
@@ -76,14 +77,15 @@ def _slab_loop(read: Any, shape: tuple[int, ...], step: int) -> Any:
 def _zarr(path: str, params: dict[str, Any]) -> Any:
     import zarr
 
-    arr = zarr.open_array(path, path=common.VARIABLE, mode="r")
+    arr = zarr.open_array(path, path=common.VARIABLE, mode="r",
+                          storage_options=params.get("storage_options"))
     return _slab_loop(lambda a, b: arr[a:b], arr.shape, arr.chunks[0])
 
 
 def _tensorstore(path: str, params: dict[str, Any]) -> Any:
     from .play_scrub import open_tensorstore
 
-    arr = open_tensorstore(path, 0)
+    arr = open_tensorstore(path, 0, params.get("storage_options"))
     step = arr.chunk_layout.read_chunk.shape[0]
     return _slab_loop(lambda a, b: arr[a:b].read().result(), tuple(arr.shape), step)
 
@@ -135,9 +137,9 @@ def main(argv: list[str]) -> int:
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
     spec = common.data_spec(args)
     budget = spec.nbytes // 4 if args.quarter_budget else args.budget
-    metrics = [*METRICS, common.HTTP_REQUESTS] if args.remote else METRICS
     tmp = Path(tempfile.mkdtemp(prefix="tsexplore-bench-scan-"))
     served = common.serve(spec.path, args)
+    metrics = [*METRICS, *common.remote_metrics(served, throughput=True)]
     try:
         with served as (url, _server):
             common.log(f"scan: {systems} x {args.repeat} on {url} "
@@ -146,11 +148,12 @@ def main(argv: list[str]) -> int:
             runs = runner.run_matrix(
                 "scan", systems,
                 lambda s, r: {"path": url, "nbytes": spec.nbytes,
-                              "backend": args.backend, "out": str(tmp / f"{s}-{r}.npy")},
+                              "backend": args.backend, "out": str(tmp / f"{s}-{r}.npy"),
+                              "storage_options": served.storage_options},
                 repeat=args.repeat, timeout=args.timeout, store=spec.path,
                 drop_caches=not args.no_drop_caches,
-                env_for=lambda s: ({"TSEXPLORE_CACHE_BYTES": str(budget)}
-                                   if budget and s in TSE_SYSTEMS else {}),
+                env_for=lambda s: {**served.env, **({"TSEXPLORE_CACHE_BYTES": str(budget)}
+                                                    if budget and s in TSE_SYSTEMS else {})},
                 before=served.before, after=served.after,
                 describe=lambda r: f"{r['gbps']:.3f} GB/s, peak RSS {r['peak_rss_mb']:.0f} MB")
         correctness = _check_results(runs, tmp, spec.path)
@@ -159,7 +162,9 @@ def main(argv: list[str]) -> int:
     doc = report.document("scan", args, spec, systems, runs, metrics, primary="gbps",
                           budget=budget, correctness=correctness)
     doc["targets"] = _targets(doc, budget if args.quarter_budget else None)
-    title = (f"scan (mean over time of {spec.nbytes / 1e9:.2f} GB, cold page cache; "
+    if served.remote:
+        doc["targets"] += common.link_targets(doc, args, "gbps")
+    title = (f"scan (mean over time of {spec.nbytes / 1e9:.2f} GB, {served.describe()}, cold page cache; "
              f"median of {args.repeat} runs"
              + (f"; tsexplore cache budget {budget / 1e6:.0f} MB" if budget else "") + ")")
     report.report(doc, metrics, title, args.json_only)

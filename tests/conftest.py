@@ -42,6 +42,19 @@ def small_cube(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tse.sample_data("cube", path, size="small", progress=False)
 
 
+@pytest.fixture(scope="session")
+def moto_s3():
+    """A real S3 API (moto's server) on 127.0.0.1 for the whole session, one bucket."""
+    pytest.importorskip("moto.server")
+    from tsexplore.testing.s3 import MotoS3
+
+    server = MotoS3()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(autouse=True)
 def fresh_engine():
     """Every test starts and ends with no engine threads running."""

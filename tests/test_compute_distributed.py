@@ -96,3 +96,47 @@ def test_cancel_a_distributed_job_and_live_worker_stats(client):
     want = src.inner.evaluate(tuple(slice(0, n) for n in src.shape)).astype(np.float64).mean(0)
     np.testing.assert_allclose(got.values, want, rtol=1e-6)
     assert (tse.stats() - before).bytes_decoded >= src.nchunks * src.chunk_nbytes()
+
+
+def test_workers_read_s3_directly_and_return_only_partials(client, moto_s3, tmp_path):
+    """A store on (moto) S3: every chunk is fetched by a worker process, once; what comes
+    back through dask is the partial states, a small fraction of the data read."""
+    import uuid
+
+    import zarr
+
+    from tsexplore.testing.http import StoreServer
+
+    values = np.random.default_rng(4).standard_normal((128, 48, 40)).astype("float32")
+    local = tmp_path / "long.zarr"
+    group = zarr.open_group(str(local), mode="w")
+    arr = group.create_array("temp", shape=values.shape, chunks=(8, 24, 20), dtype="float32",
+                             dimension_names=("time", "y", "x"))
+    arr[...] = values
+    zarr.consolidate_metadata(str(local))
+    url = moto_s3.upload(local, f"dist-{uuid.uuid4().hex[:6]}/long.zarr")
+    with StoreServer(upstream=moto_s3.endpoint) as proxy:  # sees (and counts) every request
+        _reduce_through(client, moto_s3, url, proxy, values)
+
+
+def _reduce_through(client, moto_s3, url, proxy, values):  # type: ignore[no-untyped-def]
+    from distributed import get_task_stream
+
+    ds = tse.open_dataset(url, storage_options=moto_s3.storage_options(proxy.url))
+    nchunks = 16 * 2 * 2
+    before = len(proxy.requests)
+    requests_of = lambda: tse.stats().store_requests  # noqa: E731 - run on each worker
+    workers_before = client.run(requests_of)
+    with get_task_stream(client) as stream:
+        got = tse.reduce(ds["temp"], "mean", dim="time", client=client, progress=False)
+    np.testing.assert_allclose(got.values, values.astype(np.float64).mean(0), rtol=1e-6)
+    chunk_gets = [p for m, p, s in proxy.requests[before:] if "/temp/c/" in p and m == "GET"]
+    assert len(chunk_gets) == len(set(chunk_gets)) == nchunks  # every chunk, once
+    # ... and by the workers: their engines made those requests, this process read nothing
+    per_worker = {k: v - workers_before.get(k, 0) for k, v in client.run(requests_of).items()}
+    assert sum(per_worker.values()) == nchunks and all(per_worker.values()), per_worker
+    assert tse.get_engine().cache.bytes_now == 0
+    results = [t["nbytes"] for t in stream.data if "tsexplore-reduce" in str(t["key"])]
+    assert len(results) >= 2  # the tasks ran on the workers
+    # sum and count per output cell at most, and the worker's statistics
+    assert 0 < sum(results) < values.nbytes / 8, (results, values.nbytes)

@@ -12,6 +12,9 @@ Environment variables (all optional):
   decoding yields to the thread that waits for the data). ``0`` leaves them alone.
 - ``TSEXPLORE_SAMPLE_SIZE``: ``"full"`` (default) or ``"small"``; the size of the tutorial
   data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
+- ``TSEXPLORE_REMOTE_READER``: ``"auto"`` (default: obstore's Rust client for ``http(s)://``
+  and ``s3://`` chunk reads when it is installed and the storage options translate, else
+  fsspec/aiohttp), ``"obstore"`` or ``"fsspec"``. Metadata is always read through zarr.
 - ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
   (read once, at the first blosc chunk).
 """
@@ -23,6 +26,9 @@ import os
 from dataclasses import dataclass, fields, replace
 
 from .errors import ConfigError
+
+#: who fetches remote chunk bytes: obstore when installed and it can ("auto"), or always one
+REMOTE_READERS = ("auto", "obstore", "fsspec")
 
 
 def _total_ram() -> int:
@@ -45,6 +51,7 @@ class Settings:
     io_threads: int = 4
     switch_interval: float = 0.0005
     read_nice: int = 5
+    remote_reader: str = "auto"
 
 
 def _from_env() -> Settings:
@@ -59,6 +66,7 @@ def _from_env() -> Settings:
             io_threads=int(env.get("TSEXPLORE_IO_THREADS", max(4, 2 * (os.cpu_count() or 2)))),
             switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
             read_nice=int(env.get("TSEXPLORE_READ_NICE", 5)),
+            remote_reader=env.get("TSEXPLORE_REMOTE_READER", "auto"),
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc
@@ -83,6 +91,10 @@ def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
         raise ConfigError(f"cache_bytes must be >= 0, got {changes['cache_bytes']!r}")
     if "sample_size" in changes and changes["sample_size"] not in ("full", "small"):
         raise ConfigError(f"sample_size must be 'full' or 'small', got {changes['sample_size']!r}")
+    if "remote_reader" in changes and changes["remote_reader"] not in REMOTE_READERS:
+        raise ConfigError(
+            f"remote_reader must be one of {REMOTE_READERS}, got {changes['remote_reader']!r}"
+        )
     _settings = replace(_settings, **changes)  # type: ignore[arg-type]
     return _settings
 

@@ -59,10 +59,13 @@ def sample_data(
     size: str | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    shards: tuple[int, int, int] | None = None,
 ) -> Path:
     """Write the tutorial dataset ``name`` to ``path`` (default ``data/<name>.zarr``).
 
-    Returns the path. An existing store with the same shape is kept unless ``overwrite``.
+    ``shards``: store the array sharded (Zarr v3 ``sharding_indexed``), ``chunks`` being the
+    inner chunks and ``shards`` the shape of one shard object. Returns the path. An
+    existing store with the same shape and layout is kept unless ``overwrite``.
     """
     if name not in SIZES:
         raise ConfigError(f"unknown sample dataset {name!r}; available: {sorted(SIZES)}")
@@ -78,14 +81,18 @@ def sample_data(
     if target.exists() and not overwrite:
         try:
             existing = zarr.open_group(str(target), mode="r")
-            if existing["temp"].shape == shape and existing.attrs.get("complete"):  # type: ignore[union-attr]
+            temp = existing["temp"]
+            same = temp.shape == shape and tuple(temp.chunks) == chunks  # type: ignore[union-attr]
+            same = same and (temp.shards or None) == (tuple(shards) if shards else None)  # type: ignore[union-attr]
+            if same and existing.attrs.get("complete"):
                 return target
         except Exception:  # noqa: BLE001 - anything odd: rewrite it
             pass
-    return _write_cube(target, shape, chunks, progress)  # type: ignore[arg-type]
+    return _write_cube(target, shape, chunks, progress, shards)  # type: ignore[arg-type]
 
 
-def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, int, int], progress: bool) -> Path:
+def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, int, int],
+                progress: bool, shards: tuple[int, int, int] | None = None) -> Path:
     import zarr
     from zarr.codecs import BloscCodec
 
@@ -95,6 +102,7 @@ def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, in
         "temp", shape=shape, chunks=chunks, dtype="float32", fill_value=np.nan,
         compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"),
         dimension_names=("time", "y", "x"), config={"write_empty_chunks": True},
+        shards=tuple(shards) if shards else None,
     )
     temp.attrs.update({"units": "degC", "long_name": "sea surface temperature (synthetic)"})
     for dim, n, values, attrs in (
@@ -107,7 +115,7 @@ def _write_cube(target: Path, shape: tuple[int, int, int], chunks: tuple[int, in
         arr.attrs.update(attrs)
     group.attrs.update({"title": "tsexplore sample cube", "complete": False})
     bar = _progress(nt, f"writing {target}", progress)
-    step = chunks[0]
+    step = shards[0] if shards else chunks[0]  # whole shards at once: each is written once
     for t0 in range(0, nt, step):
         t1 = min(nt, t0 + step)
         temp[t0:t1] = cube_frames(t0, t1, ny, nx)

@@ -69,11 +69,12 @@ class BlockingReads:
         return wait_all(futures, timeout)
 
     def stream_ahead(self, source: ChunkSource) -> int:
-        """Reads a stream keeps in flight: enough to keep the I/O pipe full, without letting
-        in-flight chunks exceed a quarter of the cache budget."""
+        """Reads a stream keeps issued: enough to keep the I/O pipe full (remote: twice the
+        engine's concurrency), without letting them exceed a quarter of the cache budget."""
         per = max(1, source.chunk_nbytes())
         limit = max(2, self.cache.budget // 4 // per)
-        want = max(2 * self._io_threads, self.concurrency("async") if source.is_async else 0)  # type: ignore[attr-defined]
+        # remote: twice the reads in flight, so a slow head of the line leaves the link busy
+        want = max(2 * self._io_threads, 2 * self.concurrency("async") if source.is_async else 0)  # type: ignore[attr-defined]
         return int(max(2, min(want, limit)))
 
     def stream(
@@ -107,7 +108,16 @@ class BlockingReads:
 
         # reads still in flight when the consumer stops finish and fill the cache; their
         # futures are shared (another request may have joined them), so none is cancelled
+        # a remote source's depth follows the engine's concurrency as it learns the link
+        depth: Any = ahead or self.stream_ahead(source)
+        if not ahead and source.is_async:
+            depth = lambda: self.stream_ahead(source)  # noqa: E731
+        many = None
+        if source.coalesces:  # inner chunks of one shard: queue them together, to batch
+            def many(batch: list[ChunkIndex]) -> list[cf.Future]:
+                return self.request(source, batch, Priority.PLANNED, cache=cache)  # type: ignore[no-any-return]
+
         yield from look_ahead(
-            indices, issue, wait, ahead=ahead or self.stream_ahead(source),
-            hint=lambda batch: self.advise(source, batch),
+            indices, issue, wait, ahead=depth,
+            hint=lambda batch: self.advise(source, batch), issue_many=many,
         )

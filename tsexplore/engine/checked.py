@@ -6,21 +6,34 @@ fills a chunk the store lacks when the source was opened with ``missing="fill"``
 dtype, wraps any failure in a :class:`~tsexplore.errors.ChunkReadError` that names the
 source and the chunk (counted as ``errors``), and records the read's bytes and latency
 (``reads``, the latency histogram and the per-kind moving average the scheduler sizes its
-concurrency with). Retries a source reports (``count_retry``) are counted as ``retries``.
+concurrency with). Retries a source reports (``count_retry``) are counted as ``retries``;
+what else it reports (``count_io``: store and range requests, shard-index reads) goes to
+the same statistics, and it may keep small things between reads in the engine's cache
+(:class:`~tsexplore.sources.base.ReadServices`). A read that is one of a batch
+(``source.read_chunks_counted``) is checked here the same way, one chunk at a time.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import ChunkReadError, MissingChunkError, TsExploreError
-from ..sources.base import ChunkIndex, ChunkSource, SyncChunkSource, retry_counter
+from ..sources.base import (
+    ChunkIndex,
+    ChunkSource,
+    ReadServices,
+    SyncChunkSource,
+    read_services,
+    retry_counter,
+)
 from .absent import AbsentChunks
+from .link import LinkModel
 from .stats import Stats
 
 #: starting guess of one read's latency, per kind, before any was measured
@@ -30,24 +43,42 @@ FIRST_LATENCY = 0.005
 class CheckedReader:
     """Reads chunks with the checks, fills and counters every read must have."""
 
-    def __init__(self, stats: Stats, absent: AbsentChunks) -> None:
+    def __init__(self, stats: Stats, absent: AbsentChunks, services: ReadServices | None = None) -> None:
         self.stats = stats
+        #: what a read may use besides its source: counters, the engine's cache
+        self.services = services
         #: the chunks read as fill values because the store lacks them (for the chunk map)
         self.absent = absent
         #: moving average of one read's seconds, per kind ("sync" threads, "async" loop)
         self.latency = {"sync": FIRST_LATENCY, "async": FIRST_LATENCY}
+        self._measured: set[str] = set()
+        #: latency floor and delivered bandwidth of the network requests (fed by the sources'
+        #: byte stores through ``services``)
+        self.link = LinkModel()
+        if services is not None:
+            self.services = replace(services, transfer_start=self.link.start,
+                                    transfer=self.link.record)
 
     def _count_retry(self) -> None:
         self.stats.count("retries")
 
-    async def read(self, source: ChunkSource, index: ChunkIndex) -> np.ndarray:
-        """Read chunk ``index`` on the I/O loop (awaiting the source; sync sources thread)."""
+    async def read(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        pending: Awaitable[tuple[np.ndarray, int]] | None = None,
+    ) -> np.ndarray:
+        """Read chunk ``index`` on the I/O loop (awaiting the source; sync sources thread).
+
+        ``pending``: this chunk's awaitable from ``source.read_chunks_counted`` (a batch).
+        """
         retry_counter.set(self._count_retry)  # this task's context only
+        read_services.set(self.services)
         t0 = time.perf_counter()
         self.stats.count("reads")
         try:
             try:
-                array, encoded = await source.read_chunk_counted(index)
+                array, encoded = await (pending if pending is not None else source.read_chunk_counted(index))
             except MissingChunkError as exc:
                 array, encoded = self._fill(source, index, exc)
             array = _checked(source, index, array)
@@ -68,6 +99,7 @@ class CheckedReader:
         ``run_coroutine`` (the caller is a read thread, never the loop's).
         """
         token = retry_counter.set(self._count_retry)
+        lent = read_services.set(self.services)
         t0 = time.perf_counter()
         self.stats.count("reads")
         try:
@@ -83,6 +115,7 @@ class CheckedReader:
             raise self._failed(source, index, exc) from exc
         finally:
             retry_counter.reset(token)
+            read_services.reset(lent)
         self._record(source, t0, encoded, array)
         return array
 
@@ -110,7 +143,11 @@ class CheckedReader:
     def _record(self, source: ChunkSource, t0: float, encoded: int, array: np.ndarray) -> None:
         elapsed = time.perf_counter() - t0
         kind = "async" if source.is_async else "sync"
-        self.latency[kind] = 0.8 * self.latency[kind] + 0.2 * elapsed
+        if kind in self._measured:
+            self.latency[kind] = 0.8 * self.latency[kind] + 0.2 * elapsed
+        else:  # the first read replaces the guess: a 100 ms store is known at once
+            self._measured.add(kind)
+            self.latency[kind] = elapsed
         self.stats.record_read(encoded, array.nbytes, elapsed)
 
     def slab_latency(self, source: ChunkSource, nchunks: int, concurrency: int) -> float:

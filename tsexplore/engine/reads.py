@@ -6,6 +6,13 @@ ordered by (priority, arrival). Each read remembers who waits for it: ``(channel
 generation)`` owners and anonymous waiters. When a channel moves to a newer generation, queued
 reads that only its older generations wanted are cancelled (PLANNED reads never are).
 Everything here runs under one lock and does no I/O.
+
+Batches: a source whose reads are cheaper together (``source.coalesces``: inner chunks of
+one shard, fetched by one ranged read) gives each read a ``coalesce_key``. When a read is
+taken to run, the queued reads with the same key and the same priority ride along with it
+(up to ``source.max_batch``) as its *companions*: they hold no slot of their own (the
+batch is one read in flight), keep their own futures and owners, and are checked one by
+one. De-duplication, generations and cancellation see them as ordinary reads until then.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from ..errors import RequestCancelledError
@@ -45,6 +53,8 @@ class Read:
     speculative_slot: bool = False  # holds one of the prefetch slots while running
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
+    group: Hashable | None = None  # reads with the same group may run as one batch
+    companion: bool = False  # rides in another read's batch (holds no slot)
 
     @property
     def kind(self) -> str:
@@ -80,6 +90,8 @@ class ReadTable:
         self._heap: list[tuple[int, int, Read]] = []
         self._seq = itertools.count()
         self._generations: dict[str, int] = {}
+        #: queued reads by (source token, coalesce key), for batches
+        self._groups: dict[tuple[str, Hashable], list[Read]] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
         self.prefetched: set[ChunkKey] = set()
         self.running = dict.fromkeys(KINDS, 0)
@@ -131,6 +143,13 @@ class ReadTable:
     def _drop_locked(self, read: Read, exc: BaseException) -> None:
         read.state = "cancelled"
         del self._reads[read.key]
+        if read.group is not None:
+            gkey = (read.key[0], read.group)
+            members = [r for r in self._groups.get(gkey, ()) if r is not read]
+            if members:
+                self._groups[gkey] = members
+            else:
+                self._groups.pop(gkey, None)
         self.prefetched.discard(read.key)
         if not read.future.done():
             read.future.set_exception(exc)
@@ -185,6 +204,10 @@ class ReadTable:
         read = Read(key, source, key[1], priority)
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
+        if source.coalesces:
+            read.group = source.coalesce_key(read.index)
+            if read.group is not None:
+                self._groups.setdefault((key[0], read.group), []).append(read)
         self._reads[key] = read
         heapq.heappush(self._heap, (int(priority), next(self._seq), read))
         tally.new += 1
@@ -207,9 +230,10 @@ class ReadTable:
             return True
 
     # -- dispatch ----------------------------------------------------------------------------
-    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[Read]:
-        """Pop the reads that may start now (highest priority first) and mark them running."""
-        out: list[Read] = []
+    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[list[Read]]:
+        """Pop the reads that may start now (highest priority first) and mark them running;
+        each comes with its companions (see the module docstring): a list of batches."""
+        out: list[list[Read]] = []
         with self.lock:
             deferred = []
             while self._heap:
@@ -233,15 +257,45 @@ class ReadTable:
                 if speculative:
                     read.speculative_slot = True
                     self.spec_running[kind] += 1
-                out.append(read)
+                out.append(self._batch_locked(read))
             for item in deferred:
                 heapq.heappush(self._heap, item)
         return out
+
+    def _batch_locked(self, head: Read) -> list[Read]:
+        """``head`` and the queued reads of its group and priority that ride along."""
+        if head.group is None:
+            return [head]
+        gkey = (head.key[0], head.group)
+        members = self._groups.get(gkey, ())
+        batch = [head]
+        room = max(1, head.source.max_batch) - 1
+        rest = []
+        for read in members:
+            if read is head or read.state != "queued":
+                continue
+            if room and read.priority == head.priority:
+                read.state = "running"
+                read.companion = True
+                batch.append(read)
+                room -= 1
+            else:
+                rest.append(read)
+        if rest:
+            self._groups[gkey] = rest
+        else:
+            self._groups.pop(gkey, None)
+        return batch
 
     def finish(self, read: Read) -> None:
         """A running read ended: free its slot and forget it."""
         kind = read.kind
         with self.lock:
+            if read.companion:  # rode in another read's batch: no slot to free
+                if self._reads.get(read.key) is read:
+                    del self._reads[read.key]
+                read.state = "done"
+                return
             self.running[kind] -= 1
             if read.speculative_slot:
                 self.spec_running[kind] -= 1
@@ -273,4 +327,5 @@ class ReadTable:
             reads = list(self._reads.values())
             self._reads.clear()
             self._heap.clear()
+            self._groups.clear()
         return reads

@@ -9,7 +9,8 @@ thread cannot be interrupted safely).
 
 Concurrency adapts to the measured latency of reads: blocking sources use the read threads
 (``io_threads`` at once), asynchronous (network) sources keep more reads in flight when each
-read takes longer, up to 64. The parts live in their own modules: :mod:`.loop` (the event-loop
+read takes longer, up to 128, and no more than about twice what the link carries (the
+measured bandwidth-delay product, :mod:`.link`). The parts live in their own modules: :mod:`.loop` (the event-loop
 bridge), :mod:`.reads` (the read table), :mod:`.checked` (the checked read), :mod:`.blocking`
 (``fetch``, ``stream``, ``wait_all``); the process-wide engine (:func:`get_engine`) is at the
 end of this module.
@@ -21,7 +22,6 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures as cf
-import math
 import os
 import threading
 import time
@@ -33,7 +33,7 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError
 from ..sources import close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource
+from ..sources.base import ChunkIndex, ChunkSource, ReadServices
 from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
@@ -61,7 +61,9 @@ class Engine(BlockingReads):
         self._table = ReadTable()
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
-        self._reader = CheckedReader(self.stats, self.absent)
+        self._reader = CheckedReader(
+            self.stats, self.absent, ReadServices(self.stats.count, self.cache.get, self.cache.put)
+        )
         self._lock = threading.Lock()  # the two memories below
         self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
@@ -252,8 +254,9 @@ class Engine(BlockingReads):
         """Reads of ``kind`` ("sync" or "async") allowed in flight at once."""
         if kind == "sync":
             return self._io_threads
-        # keep about 20 ms of work in flight per 2.5 ms of latency, within [4, 64]
-        return int(min(64, max(4, math.ceil(self._reader.latency["async"] / 0.00125))))
+        # enough to hide the latency, no more than the link carries (see engine/link.py),
+        # and a read thread's worth more: a read decoding does not use the link
+        return self._reader.link.concurrency(self._reader.latency["async"]) + self._io_threads
 
     def speculative_cap(self, kind: str) -> int:
         """Prefetch reads allowed at once: leave CPU for what the user waits on."""
@@ -262,9 +265,9 @@ class Engine(BlockingReads):
             return self.concurrency(kind)
         spare = max(1, (os.cpu_count() or 2) - 1)
         if kind == "async":
-            # a remote read waits on the network, then decodes: two at a time overlap the
-            # latency while about one core decodes
-            return max(2, spare)
+            # a remote read mostly waits on the network: half the link's reads may be
+            # guesses (enough to stay ahead of a player at 100 ms), the rest stay free
+            return max(2, spare, self.concurrency(kind) // 2)
         return min(self._io_threads, spare)
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float:
@@ -275,12 +278,20 @@ class Engine(BlockingReads):
     def _dispatch(self) -> None:
         limit = {k: self.concurrency(k) for k in KINDS}
         spec = {k: self.speculative_cap(k) for k in KINDS}
-        for read in self._table.take_runnable(limit, spec):
-            read.task = self._io.loop.create_task(self._run_read(read))
+        create_task = self._io.loop.create_task
+        for batch in self._table.take_runnable(limit, spec):
+            if len(batch) == 1:
+                read = batch[0]
+                read.task = create_task(self._run_read(read))
+                continue
+            self.stats.count("batched", len(batch))
+            pending = batch[0].source.read_chunks_counted([r.index for r in batch])
+            for read, awaitable in zip(batch, pending):
+                read.task = create_task(self._run_read(read, awaitable))
 
-    async def _run_read(self, read: Read) -> None:
+    async def _run_read(self, read: Read, pending: Any = None) -> None:
         try:
-            array = await self._reader.read(read.source, read.index)
+            array = await self._reader.read(read.source, read.index, pending)
         except asyncio.CancelledError:
             self._finish(read, exc=EngineClosedError("engine closed during the read"))
             raise

@@ -7,6 +7,11 @@ Definitions (they matter for the UI and the tests):
 - ``joined``: a requested chunk was already being read; the request waited for that read.
 - ``prefetch_reads``: reads issued speculatively or for a plan, before anyone asked.
 - ``reads``: every read started on a source (misses + prefetch reads + retries excluded).
+- ``store_requests``: requests made to the store for chunk bytes (whole objects or byte
+  ranges; retries excluded): inner chunks read together in one range count once.
+- ``range_requests``: those of them that asked for a byte range (sharded stores).
+- ``index_reads``: shard indexes read from the store (each is then kept in the cache).
+- ``batched``: reads that ran together with others of the same shard (one batch).
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ COUNTERS = (
     "errors",
     "retries",
     "missing_filled",
+    "store_requests",
+    "range_requests",
+    "index_reads",
+    "batched",
     "bytes_read",
     "bytes_decoded",
 )
@@ -70,6 +79,10 @@ class StatsSnapshot:
     errors: int = 0
     retries: int = 0
     missing_filled: int = 0
+    store_requests: int = 0
+    range_requests: int = 0
+    index_reads: int = 0
+    batched: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
     read_rate: float = 0.0
@@ -121,6 +134,8 @@ class StatsSnapshot:
             f"prefetch={self.prefetch_reads} (used {self.prefetch_used}) "
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
             f"retries={self.retries}\n"
+            f"  store requests={self.store_requests} (ranges {self.range_requests}, "
+            f"shard indexes {self.index_reads}, batched reads {self.batched})\n"
             f"  read {self.bytes_read / mb:.1f} MB ({self.read_rate / mb:.1f} MB/s), "
             f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s); "
             f"latency p50={self.latency_p50 * 1e3:.1f} ms p95={self.latency_p95 * 1e3:.1f} ms "

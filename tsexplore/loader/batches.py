@@ -325,7 +325,16 @@ class Batches:
             stats.blocks += 1
             return arrays
 
-        return look_ahead(read_order, issue, wait, ahead=self.ahead, hint=hint)
+        return look_ahead(read_order, issue, wait, ahead=self._ahead_now, hint=hint)
+
+    def _ahead_now(self) -> int:
+        """Blocks requested in advance: ``self.ahead``, or for remote sources twice what the
+        engine keeps in flight on the link (it learns the latency and bandwidth as it reads),
+        within a quarter of the cache budget."""
+        if not any(v.source.is_async for v in self.variables):
+            return self.ahead
+        limit = max(2, config.get().cache_bytes // 4 // self.block_bytes)
+        return int(max(self.ahead, min(limit, 2 * get_engine().concurrency("async"))))
 
     def _package(self, outs: list[np.ndarray], starts: np.ndarray) -> Any:
         if self.squeeze:

@@ -75,7 +75,8 @@ def open_group(
     grid: Any = None,
     size: Any = None,
 ) -> SourceGroup:
-    """Sources for ``obj``: a path/URL, a NumPy/dask array, an xarray object or a source.
+    """Sources for ``obj``: a path/URL, a zarr ``Store``/``Group``/``Array``, a NumPy/dask
+    array, an xarray object or a source.
 
     Every source is built with ``options`` (absent chunks, prefetch policy); a source passed
     in is copied with them (:meth:`ChunkSource.with_options`). ``size`` (an int or
@@ -96,25 +97,29 @@ def open_group(
         )
     if isinstance(obj, (str, Path)):
         return _open_path(os.fspath(obj), storage_options, options, grid, size)
-    group = _open_xarray(obj, grid, options)
-    if group is not None:
-        return group
-    if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
-        return SourceGroup({"data": ArraySource(obj, None, grid, None, "data", options=options)})
-    raise UnsupportedSourceError(
-        f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
-        "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
-    )
+    if _is_zarr_object(obj):
+        from .zarr_source import open_zarr_group
+
+        sources, coords, attrs = open_zarr_group(obj, storage_options, options)
+        return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+    return _open_in_memory(obj, options, grid)
+
+
+def _is_zarr_object(obj: Any) -> bool:
+    """A zarr ``Store``, ``Group`` or ``Array`` (without importing zarr when it is not loaded)."""
+    import sys
+
+    zarr = sys.modules.get("zarr")
+    if zarr is None:
+        return False
+    from zarr.abc.store import Store
+
+    return isinstance(obj, (Store, zarr.Group, zarr.Array))
 
 
 def _open_path(
-    path: str,
-    storage_options: dict[str, Any] | None,
-    options: SourceOptions,
-    grid: Any,
-    size: Any,
+    path: str, storage_options: dict[str, Any] | None, options: SourceOptions, grid: Any, size: Any
 ) -> SourceGroup:
-    """Sources for a path or URL: ``.npy``, NetCDF/HDF5, Zarr (a pyramid too), image folders."""
     lower = path.lower().rstrip("/")
     if lower.endswith(".npy"):
         src = open_npy(path, grid, options=options)
@@ -125,15 +130,19 @@ def _open_path(
         sources, coords, attrs, encoding = open_netcdf(path, grid, options)
         return SourceGroup(sources, coords, attrs, encoding)
     if _is_zarr_path(path):
+        import zarr
+
         from .multiscale import open_level, read_multiscale
-        from .zarr_source import open_zarr_group
+        from .zarr_source import open_node, open_zarr_group
 
-        spec = read_multiscale(path, storage_options)
-        if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
-            sources, coords, attrs = open_level(spec, 0, storage_options, options)
-            return SourceGroup(sources, coords, attrs, multiscale=spec)
+        opened = open_node(path, storage_options)  # once: each round trip counts remotely
+        if isinstance(opened[0], zarr.Group):
+            spec = read_multiscale(path, storage_options, group=opened[0])
+            if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
+                sources, coords, attrs = open_level(spec, 0, storage_options, options)
+                return SourceGroup(sources, coords, attrs, multiscale=spec)
 
-        sources, coords, attrs = open_zarr_group(path, storage_options, options)
+        sources, coords, attrs = open_zarr_group(path, storage_options, options, opened=opened)
         return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
     if os.path.isdir(path):
         try:
@@ -151,30 +160,36 @@ def _open_path(
     )
 
 
-def _open_xarray(obj: Any, grid: Any, options: SourceOptions) -> SourceGroup | None:
-    """Sources for an xarray Dataset/DataArray's values (None: ``obj`` is neither)."""
+def _open_in_memory(obj: Any, options: SourceOptions, grid: Any) -> SourceGroup:
     try:
         import xarray as xr
     except ImportError:  # pragma: no cover
-        return None
-    if isinstance(obj, xr.DataArray):
+        xr = None  # type: ignore[assignment]
+    if xr is not None and isinstance(obj, xr.DataArray):
         obj = obj.to_dataset(name=obj.name if obj.name is not None else "data")
-    if not isinstance(obj, xr.Dataset):
-        return None
-    found: dict[str, ChunkSource] = {}
-    coords = {}
-    for name, var in obj.variables.items():
-        if name in obj.coords:
-            coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
-        else:
-            found[str(name)] = ArraySource(
-                var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name), options=options,
-            )
-    return SourceGroup(found, coords, dict(obj.attrs), coord_names=set(coords))
+    if xr is not None and isinstance(obj, xr.Dataset):
+        found: dict[str, ChunkSource] = {}
+        coords = {}
+        for name, var in obj.variables.items():
+            if name in obj.coords:
+                coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
+            else:
+                found[str(name)] = ArraySource(
+                    var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name),
+                    options=options,
+                )
+        return SourceGroup(found, coords, dict(obj.attrs), coord_names=set(coords))
+    if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
+        return SourceGroup({"data": ArraySource(obj, None, grid, None, "data", options=options)})
+    raise UnsupportedSourceError(
+        f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
+        "a zarr Store/Group/Array (icechunk sessions, ObjectStore, FsspecStore...), "
+        "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
+    )
 
 
 async def close_async_resources() -> None:
     """Close network sessions that live on the calling loop."""
-    from .zarr_source import close_async_fs
+    from .remote import close_async_fs
 
     await close_async_fs()

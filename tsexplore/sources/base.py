@@ -20,8 +20,9 @@ import contextvars
 import copy
 import itertools
 import math
+import time
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,55 @@ def count_retry() -> None:
     counter = retry_counter.get()
     if counter is not None:
         counter()
+
+
+@dataclass(frozen=True)
+class ReadServices:
+    """What the engine lends the read in progress (set per read, like ``retry_counter``).
+
+    ``count(name, n)`` adds to a statistics counter (``store_requests``, ``range_requests``,
+    ``index_reads``); ``cache_get(key)`` / ``cache_put(key, array)`` use the engine's chunk
+    cache, within its byte budget, for what a source keeps between reads (shard indexes).
+    A source keys its entries with a token of its own (``f"{token}#..."``), never a chunk key.
+    """
+
+    count: Callable[[str, int], None]
+    cache_get: Callable[[Hashable], np.ndarray | None]
+    cache_put: Callable[[Hashable, np.ndarray], bool]
+    #: a network request starts (returns its start time) / finished ``(nbytes, seconds)``:
+    #: how the engine measures the link's latency and bandwidth
+    transfer_start: Callable[[], float] | None = None
+    transfer: Callable[[int, float], None] | None = None
+
+
+#: the services of the read running in this context (None outside the engine)
+read_services: contextvars.ContextVar[ReadServices | None] = contextvars.ContextVar(
+    "tsexplore_read_services", default=None
+)
+
+
+def transfer_start() -> float | None:
+    """Note the start of a network request (see :func:`transfer_done`)."""
+    services = read_services.get()
+    if services is None or services.transfer_start is None:
+        return None
+    services.transfer_start()
+    return time.perf_counter()
+
+
+def transfer_done(started: float | None, nbytes: int) -> None:
+    """A network request that :func:`transfer_start` noted ended, having delivered
+    ``nbytes`` (0 when it failed: call it on every exit)."""
+    services = read_services.get()
+    if started is not None and services is not None and services.transfer is not None:
+        services.transfer(nbytes, time.perf_counter() - started)
+
+
+def count_io(name: str, n: int = 1) -> None:
+    """Add ``n`` to the engine's counter ``name`` for the read in progress (no-op outside)."""
+    services = read_services.get()
+    if services is not None:
+        services.count(name, n)
 
 
 MISSING_POLICIES = ("fill", "raise")
@@ -179,6 +229,25 @@ class ChunkSource:
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         """Decoded chunk ``index`` and the encoded bytes moved to read it."""
         raise NotImplementedError
+
+    #: ``coalesce_key`` may group reads (checked before calling it, for speed)
+    coalesces: bool = False
+    #: most reads the engine hands ``read_chunks_counted`` at once
+    max_batch: int = 1
+
+    def coalesce_key(self, index: ChunkIndex) -> Hashable | None:
+        """Reads with equal keys (not None) are cheaper together (inner chunks of one shard):
+        the engine may hand them to :meth:`read_chunks_counted` as one batch."""
+        return None
+
+    def read_chunks_counted(
+        self, indices: Sequence[ChunkIndex]
+    ) -> list[Awaitable[tuple[np.ndarray, int]]]:
+        """One awaitable per index, in order, each giving what ``read_chunk_counted`` gives
+        (or raising what it raises); the source may share work among them (one ranged read
+        of adjacent inner chunks). Nothing runs until the first is awaited; the engine awaits
+        every one of them, each inside its own checked read."""
+        return [self.read_chunk_counted(index) for index in indices]
 
     async def read_chunk(self, index: ChunkIndex) -> np.ndarray:
         """Decoded chunk ``index`` (trimmed at the array's edge)."""

@@ -132,8 +132,6 @@ def _check_crc32c(buf: bytes | memoryview, where: str) -> memoryview:
 
 def chain_from_zarr(metadata: Any) -> CodecChain | None:
     """A :class:`CodecChain` for a zarr array's metadata, or None if zarr must decode."""
-    import numcodecs
-
     if getattr(metadata, "zarr_format", None) == 2:
         if metadata.filters:
             return None
@@ -144,12 +142,22 @@ def chain_from_zarr(metadata: Any) -> CodecChain | None:
         if dtype.kind not in "biufc":
             return None
         return CodecChain(comp, dtype, metadata.order)
+    return chain_from_codecs(metadata.codecs, np.dtype(metadata.dtype.to_native_dtype()))
+
+
+def chain_from_codecs(codecs: Any, native: np.dtype) -> CodecChain | None:
+    """A :class:`CodecChain` for a Zarr v3 codec list (``bytes``, then at most one of
+    blosc/zstd/gzip, then an optional ``crc32c``) over ``native`` values, or None.
+
+    Also decodes what a shard keeps besides its chunks: the inner chunks' codecs and the
+    shard index's (``bytes`` + ``crc32c`` over ``uint64`` pairs).
+    """
+    import numcodecs
     from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
-    codecs = list(metadata.codecs)
+    codecs = list(codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec):
         return None
-    native = np.dtype(metadata.dtype.to_native_dtype())
     if native.kind not in "biufc":
         return None
     endian = getattr(codecs[0].endian, "value", codecs[0].endian)

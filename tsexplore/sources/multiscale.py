@@ -151,8 +151,13 @@ def _level_arrays(node: Any, axes: tuple[dict[str, Any], ...]) -> tuple[LevelArr
     return tuple(out)
 
 
-def read_multiscale(url: str, storage_options: dict[str, Any] | None = None) -> MultiscaleSpec | None:
-    """The pyramid rooted at ``url``, or None when it is not the root of one."""
+def read_multiscale(url: str, storage_options: dict[str, Any] | None = None,
+                    group: Any = None) -> MultiscaleSpec | None:
+    """The pyramid rooted at ``url``, or None when it is not the root of one.
+
+    ``group``: the root group, when the caller has it open already (no second round of
+    metadata requests to a remote store).
+    """
     import zarr
 
     root = str(url)
@@ -160,10 +165,11 @@ def read_multiscale(url: str, storage_options: dict[str, Any] | None = None) -> 
         root = root[len("file://"):]
     if "://" not in root:
         root = os.path.abspath(root)  # the other levels are opened later, maybe from elsewhere
-    try:
-        group = zarr.open_group(store=root, mode="r", storage_options=storage_options or None)
-    except Exception:  # noqa: BLE001 - not a group (an array, or nothing): no pyramid here
-        return None
+    if group is None:
+        try:
+            group = zarr.open_group(store=root, mode="r", storage_options=storage_options or None)
+        except Exception:  # noqa: BLE001 - not a group (an array, or nothing): no pyramid here
+            return None
     found = parse_multiscales(dict(group.attrs))
     if found is None:
         return None

@@ -1,11 +1,15 @@
-"""Zarr v2 and v3 arrays, on local disk or behind any fsspec URL.
+"""Zarr v2 and v3 arrays: on local disk, behind any fsspec URL, or in any zarr ``Store``.
 
 zarr-python 3 reads the metadata (shape, chunk grid, codecs, chunk-key encoding, attributes).
-Chunk bytes are then fetched directly -- a plain file read for local stores, fsspec's async
-filesystem on the engine's loop for remote ones, with a timeout and jittered retries of
-408/429/5xx -- and decoded by :mod:`tsexplore.sources.codecs`, which checks sizes before
-allocating. Codec chains outside that set (sharding, transpose, filters) are read through
-zarr's own async API (``AsyncArray.getitem``) on the engine's loop.
+Chunk bytes are then fetched directly through a :class:`~.bytes.ByteStore` -- a plain file
+read for local stores, obstore or fsspec on the engine's loop for remote ones (with a
+timeout and jittered retries of what is transient), the store's own async ``get`` for a
+zarr ``Store`` object (icechunk sessions, ``ObjectStore``, ``FsspecStore``, ``MemoryStore``,
+references) -- and decoded by :mod:`tsexplore.sources.codecs`, which checks sizes before
+allocating. Sharded arrays are read natively (:mod:`.sharding`): the chunk grid is the
+inner chunks', each shard's index is read once and kept in the engine's cache, inner chunks
+are fetched by byte range, neighbours coalesced. Codec chains outside that set (transpose,
+filters, strings, nested shards) are read through zarr's own async API.
 
 A chunk that the store lacks reads as the array's fill value, as the Zarr spec, zarr-python and
 xarray read it (zarr writes no chunk equal to the fill value); the engine counts it
@@ -17,67 +21,38 @@ opt-in) raises :class:`MissingChunkError` instead. Dims, attributes and encoding
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
-import random
-import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..errors import (
-    ChunkReadError,
-    MissingChunkError,
-    MissingDependencyError,
-    ReadTimeoutError,
-    RemoteReadError,
-    SourceError,
-)
-from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, count_retry
+from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
+from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions
+from .bytes import ByteStore, LocalFiles
 from .codecs import chain_from_zarr
+from .remote import (
+    ZarrStoreBytes,
+    byte_store_for,
+    byte_store_for_zarr,
+    close_async_fs,
+    get_async_fs,
+)
+from .sharding import ShardReader, layout_from_zarr
 from .zarr_meta import absent_fill, group_attrs, variable_meta
 
-RETRY_STATUS = {408, 429}
-_async_fs: dict[tuple[int, str, str], Any] = {}
+__all__ = ["ZarrSource", "close_async_fs", "open_zarr_group"]
+
+
+#: URL protocols read through zarr's ``FsspecStore`` (keys are not paths under a root)
+STORE_PROTOCOLS = ("reference",)
 
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
-
-
-async def _get_async_fs(protocol: str, storage_options: dict[str, Any]) -> Any:
-    """One async fsspec filesystem per (loop, protocol, options), created on that loop."""
-    import fsspec
-
-    loop = asyncio.get_running_loop()
-    key = (id(loop), protocol, repr(sorted(storage_options.items())))
-    fs = _async_fs.get(key)
-    if fs is None:
-        try:
-            fs = fsspec.filesystem(
-                protocol, asynchronous=True, skip_instance_cache=True, **storage_options
-            )
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"reading {protocol}:// URLs needs an fsspec implementation that is not "
-                f"installed ({exc}); e.g. pip install s3fs for s3://"
-            ) from exc
-        if hasattr(fs, "set_session"):
-            await fs.set_session()
-        _async_fs[key] = fs
-    return fs
-
-
-async def close_async_fs() -> None:
-    """Close the sessions that belong to the running loop (called by ``Engine.close``)."""
-    loop_id = id(asyncio.get_running_loop())
-    for key in [k for k in _async_fs if k[0] == loop_id]:
-        fs = _async_fs.pop(key)
-        session = getattr(fs, "_session", None)
-        if session is not None and not session.closed:
-            await session.close()
 
 
 class ZarrSource(ChunkSource):
@@ -89,9 +64,12 @@ class ZarrSource(ChunkSource):
         storage_options: dict[str, Any] | None = None,
         options: SourceOptions = DEFAULT_OPTIONS,
         dims: tuple[str, ...] | None = None,
+        store: Any = None,
     ) -> None:
         """``dims`` names the axes where the array's own metadata does not (OME-NGFF v0.4
-        arrays take them from their ``multiscales`` axes)."""
+        arrays take them from their ``multiscales`` axes). ``store``: the zarr ``Store``
+        object the array lives in, when it was opened from one (``root`` then only names
+        it); chunk bytes then come from its ``get``."""
         self._array = array  # a zarr.Array, used for metadata and the fallback path
         self.root = root.rstrip("/")
         self.name = name
@@ -106,16 +84,25 @@ class ZarrSource(ChunkSource):
             self.encoding = {**described.encoding, "preferred_chunks": dict(zip(self.dims, array.chunks))}
         self._store_dtype = described.store_dtype
         meta = array.metadata
+        self._meta = meta
         self.chunks = tuple(int(c) for c in array.chunks)
         self.fill_value = absent_fill(array, self.dtype)
         self.storage_options = dict(storage_options or {})
         self.options = options
+        self._store = store
+        self._bytes: ByteStore = (
+            byte_store_for_zarr(store) if store is not None else byte_store_for(self.root, storage_options)
+        )
         self._chain = chain_from_zarr(meta)
-        self._meta = meta
-        self.remote = _is_remote(self.root)
-        self.is_async = self.remote
+        layout = layout_from_zarr(meta) if self._chain is None else None
+        self._shards = ShardReader(self, layout, self._bytes) if layout is not None else None
+        if self._shards is not None:
+            self._chain = layout.inner_chain  # type: ignore[union-attr]
+            self.coalesces = True
+            self.max_batch = self._shards.max_batch
+        self.is_async = not self._bytes.sync
+        self.remote = _is_remote(self.root) and store is None
         self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
-        self._local_root = self.root[len("file://") :] if self.root.startswith("file://") else self.root
         self._fallback: Any = None
         self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
         # Every open is a new version. Zarr writes chunks as separate files, so no cheap
@@ -130,27 +117,73 @@ class ZarrSource(ChunkSource):
         state["_fallback"] = None
         return state
 
+    @property
+    def decoder(self) -> str:
+        """Who decodes chunks: ``"tsexplore"``, ``"tsexplore-sharded"`` (inner chunks read
+        natively) or ``"zarr"`` (codec chains tsexplore leaves to zarr's pipeline)."""
+        if self._shards is not None:
+            return "tsexplore-sharded"
+        return "zarr" if self._chain is None else "tsexplore"
+
     # -- keys -------------------------------------------------------------------------------
-    def chunk_key(self, index: ChunkIndex) -> str:
+    def _key(self, index: tuple[int, ...]) -> str:
         key = self._meta.encode_chunk_key(tuple(index))
         return f"{self.path}/{key}" if self.path else key
 
+    def chunk_key(self, index: ChunkIndex) -> str:
+        """The store key of the object holding chunk ``index`` (for sharded arrays, the key of
+        the shard that holds the inner chunk)."""
+        if self._shards is not None:
+            return self.shard_key(self._shards.layout.shard_of(index)[0])
+        return self._key(index)
+
+    def shard_key(self, shard: tuple[int, ...]) -> str:
+        """The store key of shard ``shard`` (its coordinates on the shard grid)."""
+        return self._key(shard)
+
     def _where(self, index: ChunkIndex) -> str:
-        return f"chunk {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
+        inner = "inner chunk" if self._shards is not None else "chunk"
+        return f"{inner} {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
+
+    # -- batches of inner chunks (sharded arrays) --------------------------------------------
+    def coalesce_key(self, index: ChunkIndex) -> Hashable | None:
+        if self._shards is None:
+            return None
+        cps = self._shards.layout.chunks_per_shard
+        return tuple(i // n for i, n in zip(index, cps))
+
+    def read_chunks_counted(self, indices: Sequence[ChunkIndex]) -> list[Awaitable[tuple[np.ndarray, int]]]:
+        if self._shards is None:
+            return super().read_chunks_counted(indices)
+        for index in indices:
+            self.check_index(index)
+        return self._shards.read_batch(indices)
 
     # -- reading ----------------------------------------------------------------------------
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         self.check_index(index)
-        loop = asyncio.get_running_loop()
+        if self._shards is not None:
+            return await self._shards.read_batch([index])[0]
         if self._chain is None:
             return await self._read_with_zarr(index)
-        if self.remote:
-            buf = await self._fetch_remote(index)
-            arr = await loop.run_in_executor(None, self._decode, buf, index)
-            return arr, len(buf)
-        return await loop.run_in_executor(None, self._read_local, index)
+        loop = asyncio.get_running_loop()
+        if self._bytes.sync:
+            ctx = contextvars.copy_context()
+            return await loop.run_in_executor(None, ctx.run, self._read_sync, index)
+        try:
+            buf = await self._bytes.get(self.chunk_key(index))
+        except ChunkReadError as exc:
+            raise self._named(exc, index) from exc
+        if buf is None:
+            raise self._missing(index)
+        arr = await loop.run_in_executor(None, self._decode, buf, index)
+        return arr, len(buf)
 
-    def _decode(self, buf: bytes | memoryview, index: ChunkIndex) -> np.ndarray:
+    def _named(self, exc: ChunkReadError, index: ChunkIndex) -> ChunkReadError:
+        """``exc`` (from the byte store) naming this chunk."""
+        return type(exc)(f"{self._where(index)}: {exc}", source=self.token, index=tuple(index))
+
+    def _decode(self, buf: Any, index: ChunkIndex) -> np.ndarray:
         assert self._chain is not None
         try:
             arr = self._chain.decode(buf, self.chunks, self._where(index))
@@ -163,14 +196,26 @@ class ZarrSource(ChunkSource):
             arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
         return arr
 
+    def _read_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        key = self.chunk_key(index)
+        if isinstance(self._bytes, LocalFiles):
+            buf = self._bytes.get_sync(key, reuse=True)  # valid until this thread's next read
+        else:
+            buf = self._bytes.get_sync(key)
+        if buf is None:
+            raise self._missing(index)
+        return self._decode(buf, index), len(buf)
+
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
         """Local stores: ask the kernel to start reading these chunk files (WILLNEED), so
         cold reads overlap with decoding instead of waiting on the disk one by one."""
-        if self.protocol != "file" or self._chain is None or not hasattr(os, "posix_fadvise"):
+        if not isinstance(self._bytes, LocalFiles) or self._shards is not None:
+            return
+        if self._chain is None or not hasattr(os, "posix_fadvise"):
             return
         for index in indices:
             try:
-                fd = os.open(os.path.join(self._local_root, self.chunk_key(index)), os.O_RDONLY)
+                fd = os.open(self._bytes.path(self.chunk_key(index)), os.O_RDONLY)
             except OSError:
                 continue  # missing chunks are reported by the read itself
             try:
@@ -179,24 +224,6 @@ class ZarrSource(ChunkSource):
                 pass
             finally:
                 os.close(fd)
-
-    def _read_local(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        key = self.chunk_key(index)
-        if self.protocol == "file":
-            try:
-                with open(os.path.join(self._local_root, key), "rb", buffering=0) as f:
-                    buf = _read_into_scratch(f)  # valid until this thread's next read
-            except FileNotFoundError:
-                raise self._missing(index) from None
-        else:  # memory:// and other synchronous fsspec filesystems
-            import fsspec
-
-            fs = fsspec.filesystem(self.protocol, **self.storage_options)
-            try:
-                buf = fs.cat_file(f"{self.root}/{key}")
-            except FileNotFoundError:
-                raise self._missing(index) from None
-        return self._decode(buf, index), len(buf)
 
     def _missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
@@ -212,54 +239,14 @@ class ZarrSource(ChunkSource):
         reads as the dtype's default)."""
         return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
-    async def _fetch_remote(self, index: ChunkIndex) -> bytes:
-        settings = config.get()
-        url = f"{self.root}/{self.chunk_key(index)}"
-        fs = await _get_async_fs(self.protocol, self.storage_options)
-        if not hasattr(fs, "_cat_file"):
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, fs.cat_file, url)
-        attempt = 0
-        while True:
-            try:
-                return await asyncio.wait_for(fs._cat_file(url), settings.http_timeout)
-            except FileNotFoundError:
-                raise self._missing(index) from None
-            except asyncio.TimeoutError:
-                raise ReadTimeoutError(
-                    f"{self._where(index)}: no answer from {url} within {settings.http_timeout} s; "
-                    "raise it with tse.config.set(http_timeout=...)",
-                    source=self.token,
-                    index=tuple(index),
-                ) from None
-            except Exception as exc:  # noqa: BLE001 - classify transport errors below
-                status = getattr(exc, "status", None)
-                retryable = (
-                    status in RETRY_STATUS
-                    or (isinstance(status, int) and 500 <= status < 600)
-                    or (status is None and isinstance(exc, (ConnectionError, OSError)))
-                    or type(exc).__name__ in ("ServerDisconnectedError", "ClientConnectorError", "ClientOSError")
-                )
-                if not retryable or attempt >= settings.retries:
-                    raise RemoteReadError(
-                        f"{self._where(index)}: {url} failed after {attempt + 1} attempt(s): "
-                        f"{type(exc).__name__}: {exc}",
-                        source=self.token,
-                        index=tuple(index),
-                    ) from exc
-                count_retry()
-                delay = settings.retry_backoff * (2**attempt) * (0.5 + random.random())
-                attempt += 1
-                await asyncio.sleep(delay)
-
+    # -- the zarr-decoded path ----------------------------------------------------------------
     def _stored_key(self, index: ChunkIndex) -> str:
         """The store key of the object holding chunk ``index``: its own key, or the key of
         the shard that holds it (``chunk_key`` of the shard grid)."""
         shards = self._array.shards
         if shards:
             index = tuple(i * c // s for i, c, s in zip(index, self.chunks, shards))
-        key = self._meta.encode_chunk_key(tuple(index))
-        return f"{self.path}/{key}" if self.path else key
+        return self._key(tuple(index))
 
     async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
         """True when the chunk (or its whole shard) is not in the store. Present keys are
@@ -275,8 +262,8 @@ class ZarrSource(ChunkSource):
             self._present.add(key)
         return not found
 
-    async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        """Codec chains tsexplore does not decode itself: ask zarr's async API."""
+    async def _zarr_array(self) -> Any:
+        """The zarr ``AsyncArray`` this loop reads the zarr-decoded path with."""
         import zarr
         from zarr.api import asynchronous as za
 
@@ -286,24 +273,33 @@ class ZarrSource(ChunkSource):
             # the network sessions of the old one are closed
             from zarr.storage import FsspecStore
 
-            fs = await _get_async_fs(self.protocol, self.storage_options) if self.remote else None
+            fs = await get_async_fs(self.protocol, self.storage_options) if self.remote else None
             if fs is not None and getattr(fs, "async_impl", False):
                 # the filesystem's own idea of a path: http keeps the whole URL, s3 drops s3://
                 path = fs._strip_protocol(self.root)
                 store: Any = FsspecStore(fs, path=path, read_only=True)
-            elif self.protocol == "file":
-                store = zarr.storage.LocalStore(self._local_root, read_only=True)
+            elif isinstance(self._bytes, LocalFiles):
+                store = zarr.storage.LocalStore(self._bytes.root, read_only=True)
             else:  # memory:// and other synchronous fsspec filesystems (zarr wraps them)
                 store = FsspecStore.from_url(
                     self.root, storage_options=self.storage_options or None, read_only=True
                 )
             array = await za.open_array(store=store, path=self.path, mode="r")
             self._fallback = (loop_id, array)
-        if await self._absent_in_store(self._fallback[1].store, index):
-            raise self._missing(index)  # zarr would fill it silently: let the policy decide
+        return self._fallback[1]
+
+    async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        """Codec chains tsexplore does not decode itself: ask zarr's async API (on zarr's own
+        loop for a store object, whose sessions live there)."""
         sl = self.chunk_slices(index)
+        on_zarr_loop = isinstance(self._bytes, ZarrStoreBytes)
+        array = self._array._async_array if on_zarr_loop else await self._zarr_array()
+        absent = self._absent_in_store(array.store, index)
+        if await (_on_zarr_loop(absent) if on_zarr_loop else absent):
+            raise self._missing(index)  # zarr would fill it silently: let the policy decide
+        read = _on_zarr_loop(array.getitem(sl)) if on_zarr_loop else array.getitem(sl)
         try:
-            arr = await asyncio.wait_for(self._fallback[1].getitem(sl), config.get().http_timeout)
+            arr = await asyncio.wait_for(read, config.get().http_timeout)
         except asyncio.TimeoutError:
             raise ReadTimeoutError(
                 f"{self._where(index)}: zarr read timed out after {config.get().http_timeout} s; "
@@ -319,25 +315,70 @@ class ZarrSource(ChunkSource):
         return arr, arr.nbytes
 
 
+def _on_zarr_loop(coro: Any) -> Any:
+    """``coro`` run on zarr's own event loop, awaitable from this one."""
+    from zarr.core.sync import _get_loop
+
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
+
+
+def open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, str, Any]:
+    """(zarr node, root name, store object or None) for a path/URL, a zarr ``Store``, a
+    ``zarr.Group`` or a ``zarr.Array``. Zarr v3 is asked first (one ``zarr.json``), v2 only
+    when that fails: a remote store pays a round trip per metadata key tried."""
+    import zarr
+    from zarr.abc.store import Store
+
+    if isinstance(obj, (zarr.Array, zarr.Group)):
+        return obj, f"<{type(obj.store).__name__}>", obj.store
+    if isinstance(obj, Store):
+        try:
+            node = zarr.open(store=obj, mode="r")
+        except Exception as exc:  # noqa: BLE001
+            raise SourceError(f"cannot open the {type(obj).__name__} as Zarr: {type(exc).__name__}: {exc}") from exc
+        return node, f"<{type(obj).__name__}>", obj
+    root = str(obj)
+    if root.startswith("file://"):
+        root = root[len("file://") :]
+    if root.split("://", 1)[0] in STORE_PROTOCOLS:  # e.g. kerchunk references: through zarr's store
+        from zarr.storage import FsspecStore
+
+        try:
+            store = FsspecStore.from_url(root, storage_options=storage_options, read_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise SourceError(f"cannot open {obj!r}: {type(exc).__name__}: {exc}") from exc
+        node, _, _ = open_node(store, None)
+        return node, root, store
+    so = storage_options or None
+    try:
+        try:  # (zarr.open reads zarr.json twice for a group: once as an array)
+            node = zarr.open_group(store=root, mode="r", storage_options=so, zarr_format=3)
+        except Exception:  # noqa: BLE001 - not a v3 group (or not there): let zarr look
+            node = zarr.open(store=root, mode="r", storage_options=so)
+    except FileNotFoundError as exc:
+        raise SourceError(f"no Zarr store at {obj!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise SourceError(f"cannot open {obj!r} as Zarr: {type(exc).__name__}: {exc}") from exc
+    return node, root, None
+
+
 def open_zarr_group(
-    url: str, storage_options: dict[str, Any] | None = None, options: SourceOptions = DEFAULT_OPTIONS
+    url: Any,
+    storage_options: dict[str, Any] | None = None,
+    options: SourceOptions = DEFAULT_OPTIONS,
+    opened: tuple[Any, str, Any] | None = None,
 ) -> tuple[dict[str, ZarrSource], dict[str, Any], dict[str, Any]]:
     """Sources for every array of a Zarr group (or a lone array): (sources, coords, attrs).
 
-    Coordinates are 1-D arrays named after their dimension; they are read eagerly, as xarray
-    reads index coordinates, and come as ``(dims, values, attrs, encoding)``.
+    ``url``: a path or fsspec URL, a zarr ``Store`` (icechunk session stores, ``ObjectStore``,
+    ``FsspecStore``, ``MemoryStore``...), a ``zarr.Group`` or a ``zarr.Array``; ``opened``:
+    what :func:`open_node` gave for it. Coordinates are 1-D arrays named after their
+    dimension; they are read eagerly (all at once), as xarray reads index coordinates, and
+    come as ``(dims, values, attrs, encoding)``.
     """
     import zarr
 
-    root = str(url)
-    if root.startswith("file://"):
-        root = root[len("file://") :]
-    try:
-        node = zarr.open(store=root, mode="r", storage_options=storage_options or None)
-    except FileNotFoundError as exc:
-        raise SourceError(f"no Zarr store at {url!r}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001
-        raise SourceError(f"cannot open {url!r} as Zarr: {type(exc).__name__}: {exc}") from exc
+    node, root, store = opened or open_node(url, storage_options)
     if isinstance(node, zarr.Array):
         name = node.basename or "data"
         arrays = {name: node}
@@ -357,37 +398,24 @@ def open_zarr_group(
     for name, arr in sorted(arrays.items()):
         meta = variable_meta(arr, name)
         if arr.ndim == 1 and meta.dims == (name,) and arr.size <= 50_000_000:
-            values = np.asarray(arr[...])
-            coords[name] = (meta.dims, values, meta.attrs, meta.encoding, meta.store_dtype)
+            coords[name] = (meta.dims, arr, meta.attrs, meta.encoding, meta.store_dtype)
             continue
-        sources[name] = ZarrSource(arr, base, name, storage_options, options)
+        sources[name] = ZarrSource(arr, base, name, storage_options, options, store=store)
+    for (name, entry), values in zip(coords.items(), _read_whole([c[1] for c in coords.values()])):
+        coords[name] = (entry[0], values, *entry[2:])
     return sources, coords, attrs
 
 
-_scratch = threading.local()
+def _read_whole(arrays: list[Any]) -> list[np.ndarray]:
+    """The values of several zarr arrays, read concurrently (one round trip, not one each)."""
+    if len(arrays) <= 1:
+        return [np.asarray(a[...]) for a in arrays]
+    from zarr.core.sync import sync
 
+    async def read_all() -> list[Any]:
+        return list(await asyncio.gather(*(a._async_array.getitem(()) for a in arrays)))
 
-def _read_into_scratch(f: Any) -> memoryview:
-    """Read the whole file ``f`` into this thread's reusable buffer (the decoders copy out).
-
-    A new ``bytes`` per chunk is fresh memory each time for chunks of a megabyte or more;
-    first touches of fresh pages are dear (see :mod:`.buffers`).
-    """
-    size = os.fstat(f.fileno()).st_size
-    buf: bytearray | None = getattr(_scratch, "buf", None)
-    if buf is None or len(buf) < size + 1:
-        buf = bytearray(max(size + 1, 2 * len(buf) if buf is not None else 0))
-        _scratch.buf = buf
-    view = memoryview(buf)
-    n = 0
-    while True:  # until EOF: the file may have grown since fstat (read one byte past it)
-        got = f.readinto(view[n:])
-        if not got:
-            break
-        n += got
-        if n == len(buf):  # grew: enlarge and keep reading
-            bigger = bytearray(2 * len(buf))
-            bigger[:n] = buf[:n]
-            buf = _scratch.buf = bigger
-            view = memoryview(buf)
-    return view[:n]
+    try:
+        return [np.asarray(v) for v in sync(read_all())]
+    except Exception:  # noqa: BLE001 - read them one by one, as zarr would, for its errors
+        return [np.asarray(a[...]) for a in arrays]

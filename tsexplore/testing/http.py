@@ -1,32 +1,71 @@
-"""A real HTTP server on 127.0.0.1 serving a folder, with injectable latency and faults.
+"""A real HTTP server on 127.0.0.1 with a modelled link and injectable faults.
 
-Used by the integration tests (404, 500-then-success, stalls) and by ``benchmarks --remote``
-(20 ms per request). It is the standard library's ``ThreadingHTTPServer`` in a named thread;
-``close()`` (or leaving the ``with`` block) stops it.
+It serves a folder (``StoreServer(root)``) or stands in front of another server
+(``StoreServer(upstream="http://127.0.0.1:9000")``, e.g. a moto S3 server, which cannot
+inject faults itself: requests and answers pass through unchanged, signatures included).
+Used by the integration tests (404, 500-then-success, stalls, bodies cut short) and by
+``benchmarks --remote`` / ``--s3``.
 
->>> with StoreServer("data/cube.zarr", latency=0.02) as srv:
+The link: ``latency`` seconds before each answer (time to first byte, as object storage
+has), and ``bandwidth`` bytes/s shared by every connection (answers are sent in pieces
+of :data:`PIECE` bytes, each reserving its share of the link in arrival order). ``requests``
+records ``(method, path, status)`` of every request; ``bytes_sent`` the body bytes sent.
+It is the standard library's ``ThreadingHTTPServer`` in a named thread; ``close()`` (or
+leaving the ``with`` block) stops it.
+
+>>> with StoreServer("data/cube.zarr", latency=0.1, bandwidth=200e6) as srv:
 ...     ds = tse.open_dataset(srv.url)
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import posixpath
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import unquote, urlparse
+
+#: bytes sent at once under a bandwidth cap (a connection's turn on the link)
+PIECE = 256 * 1024
+#: headers of an upstream answer passed on to the client (the length is set again)
+_PASSED_HEADERS = ("content-type", "content-range", "etag", "last-modified", "accept-ranges")
+_HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
 
 
 @dataclass
 class Fault:
-    """Answer requests whose path contains ``match`` with ``status`` (or stall ``stall`` s)."""
+    """The next ``times`` requests whose path contains ``match``: answer ``status``, or
+    stall ``stall`` seconds and close, or (``cut`` > 0) send headers for the whole body and
+    then only its first ``cut`` fraction before closing."""
 
     match: str
     status: int = 500
     times: int = 1
     stall: float = 0.0
+    cut: float = 0.0
+
+
+class Link:
+    """A shared link of ``bandwidth`` bytes/s (0: unlimited): ``send(n)`` waits its turn."""
+
+    def __init__(self, bandwidth: float = 0.0) -> None:
+        self.bandwidth = float(bandwidth)
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def reserve(self, nbytes: int) -> float:
+        """Seconds to wait before ``nbytes`` have crossed the link (reserved now, in order)."""
+        if self.bandwidth <= 0:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            start = max(now, self._free_at)
+            self._free_at = start + nbytes / self.bandwidth
+            return self._free_at - now
 
 
 def _byte_range(header: str, data: bytes) -> tuple[int, bytes, dict[str, str]]:
@@ -50,54 +89,30 @@ def _byte_range(header: str, data: bytes) -> tuple[int, bytes, dict[str, str]]:
 
 
 class StoreServer:
-    def __init__(self, root: str | os.PathLike[str], latency: float = 0.0, port: int = 0) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+    """Serve ``root`` (a folder) or pass requests on to ``upstream``, over a modelled link."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        latency: float = 0.0,
+        port: int = 0,
+        *,
+        bandwidth: float = 0.0,
+        upstream: str | None = None,
+    ) -> None:
+        if (root is None) == (upstream is None):
+            raise ValueError("StoreServer serves a folder (root) or an upstream URL, not both")
+        self.root = os.path.abspath(os.fspath(root)) if root is not None else None
+        self.upstream = upstream.rstrip("/") if upstream else None
         self.latency = latency
+        self.link = Link(bandwidth)
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.bytes_sent = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-            def _serve(self, body: bool) -> None:
-                path = unquote(urlparse(self.path).path)
-                status, data = server._answer(path)
-                if status == 0:  # stalled and then closed without an answer
-                    self.close_connection = True
-                    return
-                extra: dict[str, str] = {}
-                if status == 200 and self.headers.get("Range"):
-                    status, data, extra = _byte_range(self.headers["Range"], data)
-                with server._lock:
-                    server.requests.append((self.command, path, status))
-                self.send_response(status)
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Content-Type", "application/octet-stream")
-                self.end_headers()
-                if body and data:
-                    try:
-                        self.wfile.write(data)
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server naming
-                self._serve(True)
-
-            def do_HEAD(self) -> None:  # noqa: N802
-                self._serve(False)
-
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
-
-        self._httpd = Server(("127.0.0.1", port), Handler)
+        self._local = threading.local()  # one upstream connection per server thread
+        self._httpd = _Server(("127.0.0.1", port), _handler(self))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -106,6 +121,17 @@ class StoreServer:
             name="tsexplore-test-http", daemon=True,
         )
         self._thread.start()
+
+    @property
+    def bandwidth(self) -> float:
+        return self.link.bandwidth
+
+    def set_link(self, latency: float | None = None, bandwidth: float | None = None) -> None:
+        """Change the link's latency (seconds per request) and bandwidth (bytes/s; 0: none)."""
+        if latency is not None:
+            self.latency = float(latency)
+        if bandwidth is not None:
+            self.link = Link(bandwidth)
 
     # -- faults -----------------------------------------------------------------------------
     def fail(self, match: str, status: int = 500, times: int = 1) -> None:
@@ -118,31 +144,71 @@ class StoreServer:
         with self._lock:
             self.faults.append(Fault(match, 0, times, seconds))
 
+    def cut(self, match: str, fraction: float = 0.5, times: int = 1) -> None:
+        """The next ``times`` matching answers stop after ``fraction`` of their body (the
+        headers promise all of it) and the connection closes: a body cut short mid-stream."""
+        with self._lock:
+            self.faults.append(Fault(match, 200, times, 0.0, max(1e-9, min(fraction, 0.999))))
+
     def count(self, match: str) -> int:
         """Requests so far (answered or failed) whose path contains ``match``."""
         with self._lock:
             return sum(1 for _, p, _ in self.requests if match in p)
 
-    def _answer(self, path: str) -> tuple[int, bytes]:
-        if self.latency:
-            time.sleep(self.latency)
+    def _take_fault(self, path: str) -> Fault | None:
         with self._lock:
             fault = next((f for f in self.faults if f.match in path and f.times > 0), None)
             if fault is not None:
                 fault.times -= 1
-        if fault is not None:
-            if fault.stall:
-                self._stop.wait(fault.stall)
-                with self._lock:
-                    self.requests.append(("GET", path, 0))
-                return 0, b""
-            return fault.status, b"injected fault"
+            return fault
+
+    # -- answers ----------------------------------------------------------------------------
+    def _from_folder(self, path: str, range_header: str | None) -> tuple[int, bytes, dict[str, str]]:
+        assert self.root is not None
         rel = posixpath.normpath(path).lstrip("/")
         full = os.path.join(self.root, *rel.split("/")) if rel not in ("", ".") else self.root
         if not full.startswith(self.root) or not os.path.isfile(full):
-            return 404, b"not found"
+            return 404, b"not found", {}
         with open(full, "rb") as f:
-            return 200, f.read()
+            data = f.read()
+        if range_header:
+            return _byte_range(range_header, data)
+        return 200, data, {}
+
+    def _from_upstream(
+        self, method: str, target: str, headers: Any, body: bytes | None
+    ) -> tuple[int, bytes, dict[str, str]]:
+        assert self.upstream is not None
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            parsed = urlparse(self.upstream)
+            conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
+            self._local.conn = conn
+        sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+        for attempt in (0, 1):  # a kept-alive upstream connection may have been closed
+            try:
+                conn.request(method, target, body=body, headers=sent)
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                if attempt:
+                    raise
+        extra = {k: v for k, v in resp.getheaders() if k.lower() in _PASSED_HEADERS
+                 or k.lower().startswith("x-amz-")}
+        return resp.status, data, extra
+
+    def _send_body(self, wfile: Any, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), PIECE if self.link.bandwidth > 0 else len(view) or 1):
+            piece = view[start : start + PIECE] if self.link.bandwidth > 0 else view
+            wait = self.link.reserve(len(piece))
+            if wait > 0:
+                time.sleep(wait)
+            wfile.write(piece)
+            with self._lock:
+                self.bytes_sent += len(piece)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -156,3 +222,61 @@ class StoreServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
+
+
+def _handler(server: StoreServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms ACK wait
+
+        def log_message(self, *args: object) -> None:  # keep test output quiet
+            pass
+
+        def _serve(self) -> None:
+            path = unquote(urlparse(self.path).path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if server.latency:
+                time.sleep(server.latency)
+            fault = server._take_fault(path)
+            if fault is not None and fault.stall:
+                with server._lock:
+                    server.requests.append((self.command, path, 0))
+                server._stop.wait(fault.stall)
+                self.close_connection = True  # stalled, then closed without an answer
+                return
+            extra: dict[str, str]
+            if fault is not None and not fault.cut:
+                status, data, extra = fault.status, b"injected fault", {}
+            elif server.upstream is not None:
+                status, data, extra = server._from_upstream(self.command, self.path, self.headers, body)
+            else:
+                status, data, extra = server._from_folder(path, self.headers.get("Range"))
+            with server._lock:
+                server.requests.append((self.command, path, status))
+            self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            if "content-type" not in {k.lower() for k in extra}:
+                self.send_header("Content-Type", "application/octet-stream")
+            if fault is not None and fault.cut:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command == "HEAD" or not data:
+                return
+            if fault is not None and fault.cut:
+                data = data[: max(1, int(len(data) * fault.cut))] if len(data) > 1 else b""
+                self.close_connection = True
+            try:
+                server._send_body(self.wfile, data)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _serve  # noqa: N815 - http.server naming
+
+    return Handler

@@ -155,6 +155,8 @@ class StatsPanel:
             f"hit ratio {snap.hit_ratio:.0%}\n"
             f"reads {snap.reads}  prefetch {snap.prefetch_reads}  cancelled {snap.cancelled}\n"
             f"read {snap.bytes_read / 1e6:.1f} MB at {snap.read_rate / 1e6:.1f} MB/s\n"
+            f"store requests {snap.store_requests}  ranges {snap.range_requests}"
+            f"  shard indexes {snap.index_reads}  retries {snap.retries}\n"
             f"queued v/p/s {q.get('visible', 0)}/{q.get('planned', 0)}/{q.get('speculative', 0)}"
             f"  in flight {snap.in_flight}\n"
             f"latency p50 {snap.latency_p50 * 1e3:.1f} ms  p95 {snap.latency_p95 * 1e3:.1f} ms\n"
