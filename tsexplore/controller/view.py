@@ -366,26 +366,31 @@ class ViewController:
 
     def _deliver(self, frame: Frame, show: bool = True) -> None:
         """Hand ``frame`` to the view unless a newer generation was completed meanwhile; a
-        complete (``"replace"``, ``final``) frame ends its generation."""
+        complete (``"replace"``, ``final``) frame ends its generation. The view has the frame
+        before :meth:`wait` returns it (only the view thread delivers)."""
         complete = frame.final and frame.mode == "replace"
         with self._cond:
             fresh = frame.generation > self._delivered and not self._closed
+        view_error: Exception | None = None
+        if fresh and show and self.view is not None:
+            try:
+                self.view.show_frame(frame)
+            except Exception as exc:  # noqa: BLE001 - a view bug must not kill the thread
+                view_error = exc
+        with self._cond:
             if complete:
                 self._outstanding = None
             if fresh and complete:
                 self._delivered = frame.generation
                 self._frame = frame
                 self.last_error = None
+            if view_error is not None:
+                self.last_error = view_error
             if fresh and show:
                 self.counts["frames"] += 1
             self._cond.notify_all()
         if fresh and complete:
             self._pin(frame.request)
-        if fresh and show and self.view is not None:
-            try:
-                self.view.show_frame(frame)
-            except Exception as exc:  # noqa: BLE001 - a view bug must not kill the thread
-                self.last_error = exc
 
     def _pin(self, request: ViewRequest) -> None:
         source = self.levels[request.level].source
