@@ -14,6 +14,10 @@ Environment variables (all optional):
   data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
 - ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
   (read once, at the first blosc chunk).
+- ``TSEXPLORE_KEEP_STORED``: when reading a part of a blosc chunk (a frame of a deep chunk)
+  fetches the whole stored frame and the cache keeps it (the encoded tier): ``remote``
+  (default; local files read only the blocks' bytes and the page cache holds the rest),
+  ``always`` or ``never``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ def _total_ram() -> int:
         return 8 * 2**30
 
 
+KEEP_STORED = ("remote", "always", "never")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Frozen view of the settings in force."""
@@ -45,6 +52,7 @@ class Settings:
     io_threads: int = 4
     switch_interval: float = 0.0005
     read_nice: int = 5
+    keep_stored: str = "remote"
 
 
 def _from_env() -> Settings:
@@ -59,6 +67,7 @@ def _from_env() -> Settings:
             io_threads=int(env.get("TSEXPLORE_IO_THREADS", max(4, 2 * (os.cpu_count() or 2)))),
             switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
             read_nice=int(env.get("TSEXPLORE_READ_NICE", 5)),
+            keep_stored=env.get("TSEXPLORE_KEEP_STORED", "remote"),
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc
@@ -83,6 +92,8 @@ def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
         raise ConfigError(f"cache_bytes must be >= 0, got {changes['cache_bytes']!r}")
     if "sample_size" in changes and changes["sample_size"] not in ("full", "small"):
         raise ConfigError(f"sample_size must be 'full' or 'small', got {changes['sample_size']!r}")
+    if "keep_stored" in changes and changes["keep_stored"] not in KEEP_STORED:
+        raise ConfigError(f"keep_stored must be one of {KEEP_STORED}, got {changes['keep_stored']!r}")
     _settings = replace(_settings, **changes)  # type: ignore[arg-type]
     return _settings
 

@@ -25,6 +25,8 @@ from .types import ChunkKey, Priority
 KINDS = ("sync", "async")
 #: seconds the prefetch runs at full speed after a reader caught up with it
 CATCH_UP_SECONDS = 2.0
+#: the read slot a part of a local chunk takes (see ``Read.cost``)
+PART_COST = 0.25
 
 Owner = tuple[str, int]
 
@@ -45,6 +47,9 @@ class Read:
     speculative_slot: bool = False  # holds one of the prefetch slots while running
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
+    #: the share of a read slot it takes: a part of a local chunk decodes a few blocks, so
+    #: several run where one whole chunk would (batched on one read thread)
+    cost: float = 1.0
 
     @property
     def kind(self) -> str:
@@ -59,6 +64,7 @@ class Tally:
     misses: int = 0
     joined: int = 0
     prefetch_reads: int = 0
+    speculative_reads: int = 0
     prefetch_used: int = 0
     new: int = 0
 
@@ -67,6 +73,7 @@ class Tally:
         pairs = (
             ("hits", self.hits), ("misses", self.misses), ("joined", self.joined),
             ("prefetch_reads", self.prefetch_reads), ("prefetch_used", self.prefetch_used),
+            ("speculative_reads", self.speculative_reads),
         )
         return [(name, n) for name, n in pairs if n]
 
@@ -82,8 +89,13 @@ class ReadTable:
         self._generations: dict[str, int] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
         self.prefetched: set[ChunkKey] = set()
+        #: per source token, how many of its prefetched chunks a reader used
+        self.used_by_token: dict[str, int] = {}
         self.running = dict.fromkeys(KINDS, 0)
         self.spec_running = dict.fromkeys(KINDS, 0)
+        #: read slots taken, per kind (a read takes ``Read.cost`` of one)
+        self.load = dict.fromkeys(KINDS, 0.0)
+        self.spec_load = dict.fromkeys(KINDS, 0.0)
         #: until then the reader is catching up with the prefetch (it may run at full speed)
         self.catching_up_until = 0.0
 
@@ -173,6 +185,7 @@ class ReadTable:
             tally.joined += 1
             if key in self.prefetched:
                 self.prefetched.discard(key)
+                self._used_locked(key)
                 tally.prefetch_used += 1
         if priority < read.priority:
             read.priority = priority
@@ -183,6 +196,8 @@ class ReadTable:
         self, source: ChunkSource, key: ChunkKey, priority: Priority, cache: bool, tally: Tally
     ) -> Read:
         read = Read(key, source, key[1], priority)
+        if len(key) == 3 and key[2] != "stored" and not source.is_async:
+            read.cost = PART_COST
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
         self._reads[key] = read
@@ -194,7 +209,14 @@ class ReadTable:
             tally.prefetch_reads += 1
             if priority is Priority.SPECULATIVE:
                 self.prefetched.add(key)
+                tally.speculative_reads += 1
         return read
+
+    def get(self, key: ChunkKey) -> Read | None:
+        """The read of ``key`` queued or running, or None."""
+        with self.lock:
+            read = self._reads.get(key)
+            return read if read is not None and read.state in ("queued", "running") else None
 
     def take_prefetched(self, key: ChunkKey) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
@@ -204,7 +226,12 @@ class ReadTable:
             if key not in self.prefetched:
                 return False
             self.prefetched.discard(key)
+            self._used_locked(key)
             return True
+
+    def _used_locked(self, key: ChunkKey) -> None:
+        token = key[0]
+        self.used_by_token[token] = self.used_by_token.get(token, 0) + 1
 
     # -- dispatch ----------------------------------------------------------------------------
     def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[Read]:
@@ -212,8 +239,9 @@ class ReadTable:
         out: list[Read] = []
         with self.lock:
             deferred = []
+            load, spec_load = self.load, self.spec_load
             while self._heap:
-                full = {k for k in KINDS if self.running[k] >= limit[k]}
+                full = {k for k in KINDS if load[k] >= limit[k]}
                 if len(full) == len(KINDS):
                     break
                 prio, seq, read = heapq.heappop(self._heap)
@@ -221,18 +249,20 @@ class ReadTable:
                     continue  # cancelled, or queued again at a higher priority
                 kind = read.kind
                 speculative = read.priority is Priority.SPECULATIVE
-                if kind in full or (speculative and self.spec_running[kind] >= spec_limit[kind]):
+                if kind in full or (speculative and spec_load[kind] >= spec_limit[kind]):
                     deferred.append((prio, seq, read))
                     if speculative and all(
-                        k in full or self.spec_running[k] >= spec_limit[k] for k in KINDS
+                        k in full or spec_load[k] >= spec_limit[k] for k in KINDS
                     ):
                         break  # the heap is ordered: only prefetch reads remain
                     continue
                 read.state = "running"
                 self.running[kind] += 1
+                load[kind] += read.cost
                 if speculative:
                     read.speculative_slot = True
                     self.spec_running[kind] += 1
+                    spec_load[kind] += read.cost
                 out.append(read)
             for item in deferred:
                 heapq.heappush(self._heap, item)
@@ -243,8 +273,10 @@ class ReadTable:
         kind = read.kind
         with self.lock:
             self.running[kind] -= 1
+            self.load[kind] = max(0.0, self.load[kind] - read.cost)
             if read.speculative_slot:
                 self.spec_running[kind] -= 1
+                self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
                 read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]

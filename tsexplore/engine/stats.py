@@ -6,7 +6,15 @@ Definitions (they matter for the UI and the tests):
 - ``misses``: a requested chunk was neither cached nor in flight, so a read was issued for it.
 - ``joined``: a requested chunk was already being read; the request waited for that read.
 - ``prefetch_reads``: reads issued speculatively or for a plan, before anyone asked.
+- ``speculative_reads``: the prefetcher's guesses among them (SPECULATIVE reads);
+  ``prefetch_used``: guesses a reader then asked for (``prefetch_used_ratio`` = used / guesses).
 - ``reads``: every read started on a source (misses + prefetch reads + retries excluded).
+- ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
+- ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
+  (decoded there, without reading the store).
+- ``bytes_decoded``: bytes decoded (whole chunks, or the blocks of a part);
+  ``bytes_useful``: bytes handed to readers (selections, streamed chunks);
+  ``decoded_ratio`` = decoded / useful (1.0: nothing decoded in vain).
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ COUNTERS = (
     "joined",
     "reads",
     "prefetch_reads",
+    "speculative_reads",
     "prefetch_used",
+    "part_reads",
+    "encoded_hits",
     "evictions",
     "cancelled",
     "errors",
@@ -33,6 +44,7 @@ COUNTERS = (
     "missing_filled",
     "bytes_read",
     "bytes_decoded",
+    "bytes_useful",
 )
 
 
@@ -64,7 +76,10 @@ class StatsSnapshot:
     joined: int = 0
     reads: int = 0
     prefetch_reads: int = 0
+    speculative_reads: int = 0
     prefetch_used: int = 0
+    part_reads: int = 0
+    encoded_hits: int = 0
     evictions: int = 0
     cancelled: int = 0
     errors: int = 0
@@ -72,6 +87,7 @@ class StatsSnapshot:
     missing_filled: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
+    bytes_useful: int = 0
     read_rate: float = 0.0
     decode_rate: float = 0.0
     latency_p50: float = 0.0
@@ -84,6 +100,8 @@ class StatsSnapshot:
     cache_budget: int = 0
     cache_high_water: int = 0
     cache_chunks: int = 0
+    cache_encoded_bytes: int = 0
+    cache_encoded_entries: int = 0
     pinned_bytes: int = 0
     workers: int = 0
 
@@ -98,6 +116,16 @@ class StatsSnapshot:
         return self.hits / total if total else 0.0
 
     @property
+    def decoded_ratio(self) -> float:
+        """Bytes decoded per byte handed to readers (0 when nothing was handed out)."""
+        return self.bytes_decoded / self.bytes_useful if self.bytes_useful else 0.0
+
+    @property
+    def prefetch_used_ratio(self) -> float:
+        """Share of the prefetcher's guesses that a reader then asked for (0 when none)."""
+        return min(1.0, self.prefetch_used / self.speculative_reads) if self.speculative_reads else 0.0
+
+    @property
     def queue_depth(self) -> int:
         return sum(self.queued.values())
 
@@ -105,6 +133,8 @@ class StatsSnapshot:
         d = asdict(self)
         d["hit_ratio"] = self.hit_ratio
         d["queue_depth"] = self.queue_depth
+        d["decoded_ratio"] = self.decoded_ratio
+        d["prefetch_used_ratio"] = self.prefetch_used_ratio
         return d
 
     def __sub__(self, other: StatsSnapshot) -> StatsSnapshot:
@@ -118,16 +148,20 @@ class StatsSnapshot:
         return (
             f"<StatsSnapshot hits={self.hits} misses={self.misses} joined={self.joined} "
             f"hit_ratio={self.hit_ratio:.1%} reads={self.reads} "
-            f"prefetch={self.prefetch_reads} (used {self.prefetch_used}) "
+            f"prefetch={self.prefetch_reads} (guesses {self.speculative_reads}, used "
+            f"{self.prefetch_used}) part_reads={self.part_reads} encoded_hits={self.encoded_hits} "
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
             f"retries={self.retries}\n"
             f"  read {self.bytes_read / mb:.1f} MB ({self.read_rate / mb:.1f} MB/s), "
-            f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s); "
+            f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s, "
+            f"{self.decoded_ratio:.2f} per useful byte); "
             f"latency p50={self.latency_p50 * 1e3:.1f} ms p95={self.latency_p95 * 1e3:.1f} ms "
             f"p99={self.latency_p99 * 1e3:.1f} ms\n"
             f"  queued [{q}] in_flight={self.in_flight}/{self.concurrency}; "
             f"cache {self.cache_bytes / mb:.1f}/{self.cache_budget / mb:.1f} MB "
-            f"(high water {self.cache_high_water / mb:.1f} MB, {self.cache_chunks} chunks)>"
+            f"(high water {self.cache_high_water / mb:.1f} MB; decoded "
+            f"{(self.cache_bytes - self.cache_encoded_bytes) / mb:.1f} MB in {self.cache_chunks}, "
+            f"encoded {self.cache_encoded_bytes / mb:.1f} MB in {self.cache_encoded_entries})>"
         )
 
 
@@ -148,6 +182,7 @@ class Stats:
             self._counts[name] += n
 
     def record_read(self, encoded: int, decoded: int, seconds: float) -> None:
+        """One read: ``encoded`` bytes moved from the store, ``decoded`` bytes decoded."""
         now = time.monotonic()
         with self._lock:
             self._counts["bytes_read"] += encoded

@@ -130,30 +130,38 @@ def open_group(
             "zarr.json/.zarray/.zgroup, or *.zarr, or a URL), NetCDF/HDF5 files (*.nc, *.h5, "
             "gzipped NetCDF3 *.nc.gz), .npy files and folders of images"
         )
-    try:
-        import xarray as xr
-    except ImportError:  # pragma: no cover
-        xr = None  # type: ignore[assignment]
-    if xr is not None and isinstance(obj, xr.DataArray):
-        obj = obj.to_dataset(name=obj.name if obj.name is not None else "data")
-    if xr is not None and isinstance(obj, xr.Dataset):
-        found: dict[str, ChunkSource] = {}
-        coords = {}
-        for name, var in obj.variables.items():
-            if name in obj.coords:
-                coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
-            else:
-                found[str(name)] = ArraySource(
-                    var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name),
-                    options=options,
-                )
-        return SourceGroup(found, coords, dict(obj.attrs), coord_names=set(coords))
+    group = _open_xarray(obj, grid, options)
+    if group is not None:
+        return group
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__getitem__"):
         return SourceGroup({"data": ArraySource(obj, None, grid, None, "data", options=options)})
     raise UnsupportedSourceError(
         f"tsexplore cannot open an object of type {type(obj).__name__}; pass a path or URL, "
         "a NumPy/dask array, an xarray Dataset/DataArray, or a ChunkSource"
     )
+
+
+def _open_xarray(obj: Any, grid: Any, options: SourceOptions) -> SourceGroup | None:
+    """Sources for an xarray Dataset or DataArray (None for anything else)."""
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(obj, xr.DataArray):
+        obj = obj.to_dataset(name=obj.name if obj.name is not None else "data")
+    if not isinstance(obj, xr.Dataset):
+        return None
+    found: dict[str, ChunkSource] = {}
+    coords = {}
+    for name, var in obj.variables.items():
+        if name in obj.coords:
+            coords[str(name)] = (tuple(map(str, var.dims)), np.asarray(var.values), dict(var.attrs))
+        else:
+            found[str(name)] = ArraySource(
+                var.data, tuple(map(str, var.dims)), grid, dict(var.attrs), str(name),
+                options=options,
+            )
+    return SourceGroup(found, coords, dict(obj.attrs), coord_names=set(coords))
 
 
 async def close_async_resources() -> None:

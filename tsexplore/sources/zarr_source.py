@@ -37,6 +37,7 @@ from ..errors import (
 )
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, count_retry
 from .codecs import chain_from_zarr
+from .parts import reader_for
 from .zarr_meta import absent_fill, group_attrs, variable_meta
 
 RETRY_STATUS = {408, 429}
@@ -128,7 +129,15 @@ class ZarrSource(ChunkSource):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fallback"] = None
+        state.pop("_parts", None)
         return state
+
+    def partial_reader(self) -> Any:
+        """Reads only the blosc blocks a region of a chunk needs (None: chunks read whole)."""
+        parts = self.__dict__.get("_parts", False)
+        if parts is False or (parts is not None and parts.source is not self):
+            parts = self._parts = reader_for(self)
+        return parts
 
     # -- keys -------------------------------------------------------------------------------
     def chunk_key(self, index: ChunkIndex) -> str:
@@ -212,17 +221,21 @@ class ZarrSource(ChunkSource):
         reads as the dtype's default)."""
         return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
-    async def _fetch_remote(self, index: ChunkIndex) -> bytes:
+    async def _fetch_remote(
+        self, index: ChunkIndex, start: int | None = None, end: int | None = None
+    ) -> bytes:
+        """The stored chunk ``index`` (bytes ``start:end`` of it when given), with retries."""
         settings = config.get()
         url = f"{self.root}/{self.chunk_key(index)}"
         fs = await _get_async_fs(self.protocol, self.storage_options)
         if not hasattr(fs, "_cat_file"):
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, fs.cat_file, url)
+            return await loop.run_in_executor(None, fs.cat_file, url, start, end)
         attempt = 0
+        ranged = {} if start is None and end is None else {"start": start, "end": end}
         while True:
             try:
-                return await asyncio.wait_for(fs._cat_file(url), settings.http_timeout)
+                return await asyncio.wait_for(fs._cat_file(url, **ranged), settings.http_timeout)
             except FileNotFoundError:
                 raise self._missing(index) from None
             except asyncio.TimeoutError:
