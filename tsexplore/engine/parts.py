@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,18 +91,31 @@ def is_part(value: np.ndarray, box: Box | None) -> bool:
 class PartReads:
     """The engine's reads of parts and of stored bytes, over the cache's encoded tier."""
 
-    def __init__(self, cache: ChunkCache, reader: CheckedReader, stats: Stats, table: ReadTable) -> None:
+    def __init__(
+        self,
+        cache: ChunkCache,
+        reader: CheckedReader,
+        stats: Stats,
+        table: ReadTable,
+        following: Callable[[ChunkSource], bool] = lambda source: False,
+    ) -> None:
         self.cache = cache
         self.reader = reader
         self.stats = stats
         self.table = table
+        #: whether the prefetcher follows a pattern along ``source`` (its frames come back)
+        self.following = following
 
-    def keep_stored(self, parts: Any) -> bool:
-        """Whether a part read fetches (and the cache keeps) its whole stored frame:
-        ``config.keep_stored`` -- ``"remote"`` (default: local files have the page cache),
-        ``"always"`` or ``"never"``."""
+    def keep_stored(self, source: ChunkSource, parts: Any) -> bool:
+        """Whether a part read fetches its whole stored frame for the cache to keep, by
+        ``config.keep_stored``: ``"remote"`` (default) for a remote store whose views move
+        along a pattern (the next frames of the chunk come next; otherwise the reader fetches
+        by range when that pays); ``"always"``; ``"never"``. Local files read by range: the
+        page cache holds their frames."""
         policy = config.get().keep_stored
-        return policy == "always" or (policy == "remote" and parts.remote)
+        if policy == "always":
+            return True
+        return policy == "remote" and parts.remote and self.following(source)
 
     async def read(self, source: ChunkSource, index: ChunkIndex, box: Box) -> np.ndarray:
         """Box ``box`` of chunk ``index``: from its stored bytes in the cache, or by range."""
@@ -112,7 +125,7 @@ class PartReads:
         if stored is None:
             stored = await self._stored_in_flight(token, index)
         head = None if stored is not None else self.cache.get_encoded((token, index, HEAD))
-        keep = stored is None and self.keep_stored(parts)
+        keep = stored is None and self.keep_stored(source, parts)
 
         def run() -> Any:
             return parts.read(index, box, stored=stored, head=head, keep=keep)
@@ -127,7 +140,7 @@ class PartReads:
         token = source.token
         stored = self.cache.get_encoded((token, index))
         head = None if stored is not None else self.cache.get_encoded((token, index, HEAD))
-        keep = stored is None and self.keep_stored(parts)
+        keep = stored is None and self.keep_stored(source, parts)
 
         def run() -> Any:
             return parts.read_here(index, box, stored=stored, head=head, keep=keep)
@@ -143,7 +156,7 @@ class PartReads:
             if self.table.take_prefetched((token, index, STORED)):
                 self.stats.count("prefetch_used")
         stored, head = getattr(result, "stored", None), getattr(result, "head", None)
-        if stored is not None:
+        if stored is not None and config.get().keep_stored != "never":
             self.cache.put_encoded((token, index), stored, stored.nbytes)
             self.cache.discard_encoded([(token, index, HEAD)])
         elif head is not None:

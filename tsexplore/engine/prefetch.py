@@ -82,6 +82,15 @@ class Observation:
     time: float
     lo: tuple[int, ...]  # first element selected along each axis
     ranges: tuple[tuple[int, int], ...]  # first/last chunk touched along each axis
+    extent: tuple[int, ...] = ()  # elements selected along each axis (the view's size)
+
+
+def similar_views(a: Observation, b: Observation) -> bool:
+    """Whether two views are about the same size (a pan or a zoom step, not a jump from
+    one kind of view to another, such as a frame to a pixel's profile)."""
+    if not a.extent or not b.extent:
+        return True
+    return all(max(x, y) <= 2 * max(1, min(x, y)) for x, y in zip(a.extent, b.extent))
 
 
 def momentum_targets(
@@ -218,6 +227,10 @@ class Prefetcher:
         self._guesses: dict[tuple[str, str], Guesses] = {}
         self.last_policy: dict[str, str] = {}
 
+    def following(self, source: ChunkSource) -> bool:
+        """Whether the views of ``source`` move along a pattern the prefetcher follows."""
+        return self._mode.get(source.token, ("none",))[0] == "momentum"
+
     def guesses(self, source: ChunkSource, policy: str) -> Guesses:
         """The record of ``source``'s guesses under ``policy`` ("momentum", "neighbourhood")."""
         with self._lock:
@@ -247,7 +260,7 @@ class Prefetcher:
             ci, sel, _ = d.pieces[0]
             first = sel.start if isinstance(sel, slice) else int(sel[0])
             lo.append(ci * clen + first)
-        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges())
+        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges(), plan.block_shape)
         with self._lock:
             hist = self._history.setdefault(source.token, deque(maxlen=8))
             if hist and hist[-1].lo == obs.lo:
@@ -312,7 +325,7 @@ class Prefetcher:
                     return ("momentum", axis, direction), targets, views, steady
         if policy in ("auto", "neighbourhood") and len(history) >= 2:
             moved = [k for k, (x, y) in enumerate(zip(history[-2].lo, obs.lo)) if x != y]
-            if len(moved) >= 2:
+            if len(moved) >= 2 and similar_views(history[-2], obs):
                 targets = ring_targets(obs, moved, grid)
                 if targets:
                     steady = len(history) >= 3 and len(

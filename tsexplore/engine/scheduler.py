@@ -61,7 +61,10 @@ class Engine(BlockingReads, ReadAheadMemory):
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
         self._reader = CheckedReader(self.stats, self.absent)
-        self._parts = PartReads(self.cache, self._reader, self.stats, self._table)
+        self._parts = PartReads(
+            self.cache, self._reader, self.stats, self._table,
+            following=lambda source: self.prefetcher.following(source),
+        )
         ReadAheadMemory.__init__(self)
         self._ev_seen = 0
         self._closed = False

@@ -14,7 +14,7 @@ the streams of each needed block filling exactly the bytes up to the next block 
 truncated or overlapping table is caught, not decoded from the wrong bytes). C-Blosc2 then
 checks that every stream decodes to its exact size. Any failure is a
 :class:`~tsexplore.errors.CorruptChunkError`; frames this module cannot take apart
-(variable-length or lazy blocks, the delta filter, plugin codecs or filters) raise
+(variable-length or lazy blocks, dictionaries, the delta filter, plugin codecs or filters) raise
 :class:`PartsUnsupported` and are decoded whole by the caller.
 
 :class:`BloscHead` also says which byte ranges of the stored frame hold given blocks
@@ -65,12 +65,12 @@ class BloscHead:
     ends: np.ndarray  # int64 end of each block's bytes (the next block's start, or cbytes)
     memcpyed: bool  # data stored raw after the header, no table
     special: int  # blosc2 special chunk (zeros, NaN, one value, uninitialised): no blocks
-    dict_end: int  # end of the table (and dictionary): where block bytes may start
-    raw: np.ndarray  # the head's bytes (header, table, dictionary)
+    dict_end: int  # end of the table: where block bytes start
+    raw: np.ndarray  # the head's bytes (header and table)
 
     @property
     def head_len(self) -> int:
-        """Bytes a partial decode needs besides the blocks: header, table, dictionary."""
+        """Bytes a partial decode needs besides the blocks: header and table."""
         if self.special:
             return self.cbytes
         return self.header_len if self.memcpyed else self.dict_end
@@ -109,7 +109,7 @@ class BloscHead:
 
 def head_length(prefix: bytes | memoryview | np.ndarray, where: str) -> int:
     """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
-    suffice for a blosc1 frame); a dictionary, when there is one, needs :func:`parse_head`."""
+    suffice for a blosc1 frame)."""
     b = bytes(prefix[:PREFIX])
     if len(b) < MIN_HEADER:
         raise CorruptChunkError(f"{where}: {len(b)} bytes are too few for a blosc header")
@@ -156,6 +156,8 @@ def parse_head(buf: np.ndarray, where: str, whole: bool = True) -> BloscHead:
         filters = [int(x) for x in buf[16:22]]
         if b2flags2 & 0x01 or b2flags & 0x08 or b2flags & 0x04 or b2flags & 0x80:
             raise PartsUnsupported("variable-length or lazy blocks, or an instrumented codec")
+        if b2flags & 0x01:  # C-Blosc2's getitem does not load a frame's dictionary
+            raise PartsUnsupported("a dictionary")
         if any(f in (3,) or f > 4 for f in filters) or (flags >> 5) >= 5:
             raise PartsUnsupported("the delta filter, a filter plugin or a codec plugin")
     else:
@@ -184,13 +186,6 @@ def parse_head(buf: np.ndarray, where: str, whole: bool = True) -> BloscHead:
         raise CorruptChunkError(f"{where}: the blosc block table ({nblocks} blocks) is truncated")
     starts = np.frombuffer(buf, dtype="<i4", count=nblocks, offset=hlen).astype(np.int64)
     data_start = table_end
-    if b2flags & 0x01:  # a dictionary after the table
-        if len(buf) < table_end + 4:
-            raise PartsUnsupported("a dictionary that is not in the bytes read")
-        dsize = struct.unpack_from("<i", buf, table_end)[0]
-        data_start = table_end + 4 + dsize
-        if dsize < 0 or data_start > cbytes or len(buf) < data_start:
-            raise CorruptChunkError(f"{where}: blosc dictionary of {dsize} bytes does not fit")
     ends = _block_ends(starts, data_start, cbytes, where)
     return BloscHead(version, flags, typesize, nbytes, blocksize, cbytes, hlen, nblocks,
                      starts, ends, False, 0, data_start, buf[:data_start].copy())
@@ -267,18 +262,8 @@ def decoded_fraction(shape: tuple[int, ...], itemsize: int, box: Box, blocksize:
     total = math.prod(shape) * itemsize
     if total == 0:
         return 1.0
-    starts, length = box_segments(shape, itemsize, box)
-    nblocks = math.ceil(total / blocksize)
-    if len(starts) > 4 * nblocks:  # many rows: their blocks are likely all of them
-        return 1.0
-    first = starts // blocksize
-    last = (starts + length - 1) // blocksize
-    if len(starts) == 1:
-        return float(last[0] - first[0] + 1) / nblocks
-    touched = np.zeros(nblocks, dtype=bool)
-    for a, b in zip(first.tolist(), last.tolist()):
-        touched[a : b + 1] = True
-    return float(touched.sum()) / nblocks
+    lay = layout(tuple(shape), itemsize, tuple(box), min(blocksize, total), total)
+    return len(lay.blocks) / math.ceil(total / min(blocksize, total))
 
 
 _scratch = threading.local()
@@ -315,11 +300,11 @@ def layout(shape: tuple[int, ...], itemsize: int, box: Box, blocksize: int, nbyt
         last = (starts + length - 1) // blocksize
         if len(starts) == 1:
             blocks = np.arange(int(first[0]), int(last[0]) + 1, dtype=np.int64)
-        else:
-            touched = np.zeros(math.ceil(nbytes / blocksize), dtype=bool)
-            for a, b in zip(first.tolist(), last.tolist()):
-                touched[a : b + 1] = True
-            blocks = np.flatnonzero(touched)
+        else:  # mark [first, last] of every run at once: +1 at its first, -1 after its last
+            marks = np.zeros(math.ceil(nbytes / blocksize) + 1, dtype=np.int64)
+            np.add.at(marks, first, 1)
+            np.add.at(marks, last + 1, -1)
+            blocks = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
     spans = tuple((a * blocksize, min(b * blocksize, nbytes)) for a, b in _runs(blocks))
     decoded = sum(hi - lo for lo, hi in spans)
     starts.flags.writeable = False

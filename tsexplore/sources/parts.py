@@ -50,7 +50,7 @@ ZarrSource = Any
 
 #: decode a part when it needs at most this share of the chunk's blocks
 PART_FRACTION = 0.5
-#: the block size assumed until a frame of the array has been read
+#: the largest block size assumed until a frame of the array has been read
 GUESS_BLOCKSIZE = 1 << 16
 #: local reads: byte ranges closer than this are read as one
 LOCAL_GAP = 1 << 16
@@ -136,12 +136,18 @@ class BloscParts:
             return False
         found = self._worth.get(box)
         if found is None:
-            blocksize = self.blocksize or GUESS_BLOCKSIZE
+            blocksize = self.blocksize or self._guess()
             found = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) <= PART_FRACTION
             if len(self._worth) >= _MEMO:
                 self._worth.clear()
             self._worth[box] = found
         return found
+
+    def _guess(self) -> int:
+        """The block size to plan with before a frame was read: blosc's automatic sizes
+        are tens of KiB; a chunk is assumed to hold at least 16 blocks."""
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        return max(self.dtype.itemsize, min(GUESS_BLOCKSIZE, nbytes // 16))
 
     def _learn(self, head: BloscHead) -> None:
         if head.special or head.memcpyed:
@@ -245,7 +251,11 @@ class BloscParts:
             size = os.fstat(fd).st_size
             moved, fresh = 0, None
             if head is None:
-                fresh = head = self._local_head(fd, size, where)
+                try:
+                    fresh = head = self._local_head(fd, size, where)
+                except PartsUnsupported:
+                    self.unsupported = True
+                    return self._read_local(index, box, None, keep)
                 moved += head.head_len
             if head.cbytes > size:
                 raise CorruptChunkError(f"{where}: stored chunk has {size} bytes, its blosc header says {head.cbytes}")
@@ -269,11 +279,7 @@ class BloscParts:
         need = head_length(data, where)
         if need > len(data):
             data += os.pread(fd, need - len(data), len(data))
-        try:
-            head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
-        except PartsUnsupported:
-            data = os.pread(fd, size, 0)  # a dictionary: read it all once
-            head = parse_head(np.frombuffer(data, dtype=np.uint8), where)
+        head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
         self._learn(head)
         return head
 
@@ -286,7 +292,7 @@ class BloscParts:
         loop = asyncio.get_running_loop()
         nbytes = math.prod(self.shape) * self.dtype.itemsize
         whole = head.cbytes if head is not None else int(nbytes * (self.ratio or 1.0))
-        blocksize = self.blocksize or GUESS_BLOCKSIZE
+        blocksize = self.blocksize or self._guess()
         needed = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) * whole
         if keep or self.unsupported or not self.link.ranges_pay(whole, int(needed), head is not None):
             t0 = time.perf_counter()
@@ -297,7 +303,7 @@ class BloscParts:
             result.stored = frame  # fetching it again would cost a round trip: the engine keeps it
             return result
         where = self.source._where(index)
-        moved, fresh = 0, None
+        moved, fresh, data = 0, None, b""
         if head is None:
             want = max(PREFIX, self.head_len or 4096)
             data = await fetch_range(self, index, 0, want)
@@ -312,8 +318,13 @@ class BloscParts:
                 return await self._read_remote(index, box, None, keep)
             self._learn(head)
         ranges = head.block_ranges(self._blocks(head, box), self.link.gap())
-        datas = await asyncio.gather(*(fetch_range(self, index, a, b) for a, b in ranges))
-        moved += sum(len(d) for d in datas)
+        have = len(data)  # the head's request may have brought the first blocks along
+
+        async def get(a: int, b: int) -> bytes:
+            return data[a:b] if b <= have else await fetch_range(self, index, a, b)
+
+        datas = await asyncio.gather(*(get(a, b) for a, b in ranges))
+        moved += sum(len(d) for (a, b), d in zip(ranges, datas) if b > have)
         try:
             result = await loop.run_in_executor(None, self._from_ranges, head, ranges, datas, index, box)
         except PartsUnsupported:
