@@ -181,11 +181,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
            "steady_samples_per_s": steady, "batch_shape": shape,
            "stopped_by": "count" if batches >= need else "time"}
     if system == "tsexplore":
-        import tsexplore as tse
-
-        s = tse.stats()
-        out["stats"] = {"bytes_decoded": s.bytes_decoded, "reads": s.reads,
-                        "hits": s.hits, "cache_high_water": s.cache_high_water}
+        out.update(common.engine_counters())
     return out
 
 
@@ -202,7 +198,9 @@ def main(argv: list[str]) -> int:
     spec = common.data_spec(args)
     shape = json.loads((Path(spec.path) / common.VARIABLE / "zarr.json").read_text())["shape"]
     counts = {s: args.batches or DEFAULT_BATCHES[s] for s in systems}
-    metrics = [*METRICS, common.HTTP_REQUESTS] if args.remote else METRICS
+    metrics = [*METRICS, *common.ENGINE_METRICS]
+    if args.remote:
+        metrics.append(common.HTTP_REQUESTS)
     served = common.serve(spec.path, args)
     with served as (url, _server):
         common.log(f"patches: {systems} x {args.repeat} on {url}, batches {counts}, "

@@ -78,14 +78,7 @@ def open_reader(system: str, url: str) -> tuple[Callable[[int], Any], Callable[[
         import tsexplore as tse
 
         da = tse.open_dataset(url)[var]
-
-        def tse_stats() -> dict:
-            s = tse.stats()
-            return {"hits": s.hits, "misses": s.misses, "joined": s.joined,
-                    "prefetch_reads": s.prefetch_reads, "reads": s.reads,
-                    "bytes_read": s.bytes_read, "cache_high_water": s.cache_high_water}
-
-        return (lambda t: da.isel(time=t).values), tse_stats
+        return (lambda t: da.isel(time=t).values), common.engine_counters
     if system == "zarr":
         import zarr
 
@@ -154,7 +147,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
         "p50_ms": runner.percentile(ms, 50), "p95_ms": runner.percentile(ms, 95),
         "max_ms": max(ms), "mean_ms": sum(ms) / len(ms),
         "late_frames": sum(1 for x in lat if period and x > period),
-        "frame_shape": list(np.asarray(frame).shape), "stats": stats(),
+        "frame_shape": list(np.asarray(frame).shape), **stats(),
         "trace": {"latency_ms": [round(x, 3) for x in ms], "checks": checks},
     }
 
@@ -208,7 +201,8 @@ def _run_memory(system: str, params: dict[str, Any], sampler: runner.RssSampler)
     if errors:
         raise RuntimeError(f"{len(errors)} reader thread(s) failed; first: {errors[0]}")
     hw = high_water()
-    out: dict[str, Any] = {
+    counters = common.engine_counters() if system == "tsexplore" else {}
+    out: dict[str, Any] = {**counters,
         "threads": params["threads"], "reads": params["threads"] * per_thread,
         "elapsed_s": elapsed, "reads_per_s": params["threads"] * per_thread / elapsed,
         "budget_mb": budget / 1e6, "high_water_mb": None if hw is None else hw / 1e6,
@@ -266,7 +260,7 @@ def _frames(bench: str, argv: list[str]) -> int:
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
     spec = common.data_spec(args)
     frames = max(1, min(args.frames, spec.shape[0]))
-    metrics = PLAY_METRICS if bench == "play" else SCRUB_METRICS
+    metrics = [*(PLAY_METRICS if bench == "play" else SCRUB_METRICS), *common.ENGINE_METRICS]
     if args.remote:
         metrics = [*metrics, common.HTTP_REQUESTS]
     served = common.serve(spec.path, args)
@@ -341,7 +335,9 @@ def main_memory(argv: list[str]) -> int:
     spec = common.data_spec(args)
     budget = args.budget or (4_000_000 if args.small else 256_000_000)
     reads = args.reads or (32 if args.small else 16)
-    metrics = [*MEMORY_METRICS, common.HTTP_REQUESTS] if args.remote else MEMORY_METRICS
+    metrics = [*MEMORY_METRICS, *common.ENGINE_METRICS]
+    if args.remote:
+        metrics.append(common.HTTP_REQUESTS)
     served = common.serve(spec.path, args)
     with served as (url, _server):
         params = {"bench": "memory", "url": url, "budget": budget, "nt": spec.shape[0],

@@ -113,12 +113,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
                            "gbps": params["nbytes"] / elapsed / 1e9,
                            "result_shape": list(result.shape), "result_dtype": str(result.dtype)}
     if system in TSE_SYSTEMS:
-        import tsexplore as tse
-
-        s = tse.stats()
-        out["stats"] = {"bytes_decoded": s.bytes_decoded, "bytes_read": s.bytes_read,
-                        "reads": s.reads, "prefetch_reads": s.prefetch_reads,
-                        "cache_budget": s.cache_budget, "cache_high_water": s.cache_high_water}
+        out.update(common.engine_counters())
     return out
 
 
@@ -135,7 +130,9 @@ def main(argv: list[str]) -> int:
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
     spec = common.data_spec(args)
     budget = spec.nbytes // 4 if args.quarter_budget else args.budget
-    metrics = [*METRICS, common.HTTP_REQUESTS] if args.remote else METRICS
+    metrics = [*METRICS, *common.ENGINE_METRICS]
+    if args.remote:
+        metrics.append(common.HTTP_REQUESTS)
     tmp = Path(tempfile.mkdtemp(prefix="tsexplore-bench-scan-"))
     served = common.serve(spec.path, args)
     try:

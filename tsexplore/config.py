@@ -14,6 +14,8 @@ Environment variables (all optional):
   data that notebooks and ``tse.sample_data`` write. Tests set ``small``.
 - ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
   (read once, at the first blosc chunk).
+- ``TSEXPLORE_PARTIAL_DECODE``: ``0`` decodes blosc chunks whole even for a thin selection
+  (a frame of a deep chunk); by default only the blocks that hold it are read and decoded.
 - ``TSEXPLORE_KEEP_STORED``: when reading a part of a blosc chunk (a frame of a deep chunk)
   fetches the whole stored frame and the cache keeps it (the encoded tier): ``remote``
   (default; local files read only the blocks' bytes and the page cache holds the rest),
@@ -53,6 +55,7 @@ class Settings:
     switch_interval: float = 0.0005
     read_nice: int = 5
     keep_stored: str = "remote"
+    partial_decode: bool = True
 
 
 def _from_env() -> Settings:
@@ -68,6 +71,7 @@ def _from_env() -> Settings:
             switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
             read_nice=int(env.get("TSEXPLORE_READ_NICE", 5)),
             keep_stored=env.get("TSEXPLORE_KEEP_STORED", "remote"),
+            partial_decode=env.get("TSEXPLORE_PARTIAL_DECODE", "1") != "0",
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc

@@ -83,7 +83,7 @@ def read_selection(
         out = finish(take_piece(chunk, local), plan)
     else:
         out = assemble(plan, items, source.dtype, timeout, boxes)
-    engine.count_useful(out.nbytes)
+    engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.call_soon(engine.prefetcher.observe, source, plan, not cache, key)
     return out

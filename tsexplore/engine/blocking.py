@@ -45,6 +45,7 @@ class BlockingReads:
 
     # provided by the engine
     request: Any
+    count_useful: Any
     read_inline: Any
     advise: Any
     check_blocking_allowed: Any
@@ -66,7 +67,9 @@ class BlockingReads:
         if on_read_thread():
             return [self.read_inline(source, i) for i in indices]
         futures = self.request(source, indices, priority, channel=channel, generation=generation)
-        return wait_all(futures, timeout)
+        chunks = wait_all(futures, timeout)
+        self.count_useful(sum(getattr(c, "nbytes", 0) for c in chunks))
+        return chunks
 
     def stream_ahead(self, source: ChunkSource) -> int:
         """Reads a stream keeps in flight: enough to keep the I/O pipe full, without letting
@@ -103,7 +106,9 @@ class BlockingReads:
             return self.request(source, [index], Priority.PLANNED, cache=cache)[0]  # type: ignore[no-any-return]
 
         def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
-            return wait_all([fut], timeout)[0]
+            chunk = wait_all([fut], timeout)[0]
+            self.count_useful(getattr(chunk, "nbytes", 0))
+            return chunk
 
         # reads still in flight when the consumer stops finish and fill the cache; their
         # futures are shared (another request may have joined them), so none is cancelled

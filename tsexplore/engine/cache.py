@@ -242,6 +242,11 @@ class ChunkCache:
         with self._lock:
             return [k for k in self._data if not isinstance(k, _Encoded)]
 
+    def encoded_keys(self) -> list[Hashable]:
+        """Keys of the encoded tier (as given to :meth:`put_encoded`)."""
+        with self._lock:
+            return [k.key for k in self._data if isinstance(k, _Encoded)]
+
     def __len__(self) -> int:
         """Entries of the decoded tier."""
         with self._lock:

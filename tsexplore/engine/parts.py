@@ -56,8 +56,10 @@ def extent(sel: Any) -> tuple[int, int]:
 def part_boxes(plan: SelectionPlan, source: ChunkSource) -> list[Box | None] | None:
     """Per chunk of ``plan`` (in :meth:`SelectionPlan.chunk_indices` order) the box to read
     as a part, or None for the whole chunk; None when every chunk is read whole."""
+    if not plan.dims or not config.get().partial_decode:
+        return None
     reader = source.partial_reader()
-    if reader is None or not plan.dims:
+    if reader is None:
         return None
     per_dim = [[extent(p[1]) for p in d.pieces] for d in plan.dims]
     worth = reader.worth
@@ -166,7 +168,7 @@ class PartReads:
     async def _stored_in_flight(self, token: str, index: ChunkIndex) -> Any:
         """The stored bytes of a read-ahead of this chunk in flight, once it ends (or None)."""
         read = self.table.get((token, index, STORED))
-        if read is None:
+        if read is None or read.state != "running":  # a queued one may wait on this read's slot
             return None
         try:
             await asyncio.wrap_future(read.future)

@@ -371,6 +371,12 @@ class Engine(BlockingReads, ReadAheadMemory):
     def in_flight_keys(self) -> set[ChunkKey]:
         return self._table.in_flight_keys()
 
+    def cached_indices(self, token: str) -> set[ChunkIndex]:
+        """Chunks of source ``token`` the cache holds something of: the decoded chunk, a
+        decoded part, its stored frame or its blosc head (reading it again reads less)."""
+        keys = self.cache.keys() + self.cache.encoded_keys()
+        return {k[1] for k in keys if isinstance(k, tuple) and len(k) >= 2 and k[0] == token}
+
     def snapshot(self) -> StatsSnapshot:
         cache = self.cache
         running = self._table.running
