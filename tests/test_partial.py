@@ -120,7 +120,7 @@ def test_absent_chunks_fill_their_parts_or_raise(tmp_path: Path) -> None:
     assert tse.stats().missing_filled >= 2
     strict = tse.open_dataset(tmp_path / "a.zarr", prefetch="off", missing="raise")["data"]
     with pytest.raises(MissingChunkError):
-        strict.isel(time=5).values
+        _ = strict.isel(time=5).values
 
 
 @pytest.mark.parametrize("codec", ["zstd", "none", "blosc+crc32c"])
@@ -214,7 +214,7 @@ def test_a_corrupt_block_table_in_the_store_raises(tmp_path: Path) -> None:
     path.write_bytes(bytes(frame))
     da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
     with pytest.raises(CorruptChunkError):
-        da.isel(time=3).values  # block 3 holds frame 3
+        _ = da.isel(time=3).values  # block 3 holds frame 3
     assert tse.stats().errors == 1
 
 
