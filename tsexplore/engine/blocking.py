@@ -28,6 +28,14 @@ def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list
     if len(futures) == 1 and futures[0].done():
         return [futures[0].result()]
     timeout = config.get().wait_timeout if timeout is None else timeout
+    if len(futures) == 1:  # the future's own wait: cheaper than cf.wait's waiters
+        try:
+            return [futures[0].result(timeout)]
+        except cf.TimeoutError:
+            raise ReadTimeoutError(
+                f"a chunk read did not finish within {timeout} s; "
+                "raise tse.config.set(wait_timeout=...) or check the store"
+            ) from None
     done, not_done = cf.wait(futures, timeout, return_when=cf.FIRST_EXCEPTION)
     for fut in futures:
         if fut in done and not fut.cancelled() and fut.exception() is not None:

@@ -159,8 +159,7 @@ class CheckedReader:
         return result
 
     def _start_part(self) -> float:
-        self.stats.count("reads")
-        self.stats.count("part_reads")
+        self.stats.count_many(("reads", "part_reads"))
         return time.perf_counter()
 
     def _fill_part(

@@ -20,6 +20,7 @@ neither way.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
@@ -33,6 +34,7 @@ class Guesses:
     """One source's guesses under one policy, and the allowance they earned."""
 
     def __init__(self, initial: int) -> None:
+        self._lock = threading.Lock()  # views are observed from the reader's and the loop's threads
         self.allowance = initial
         self.observations = 0
         self._used_seen = 0
@@ -44,6 +46,10 @@ class Guesses:
     def settle(self, used_total: int, unused: Callable[[Hashable], bool]) -> None:
         """One more view seen: ``used_total`` is the source's running count of used guesses,
         ``unused(key)`` whether a guess is still waiting for a reader."""
+        with self._lock:
+            self._settle(used_total, unused)
+
+    def _settle(self, used_total: int, unused: Callable[[Hashable], bool]) -> None:
         self.observations += 1
         gained = max(0, used_total - self._used_seen)
         self._used_seen = used_total
@@ -65,19 +71,22 @@ class Guesses:
 
     def room(self, steady: bool, unused: Callable[[Hashable], bool]) -> int:
         """How many new guesses may be made now (at least one on a steady pattern)."""
-        outstanding = sum(1 for _, _, key in self._pending if unused(key))
-        return max(1 if steady else 0, self.allowance - outstanding)
+        with self._lock:
+            outstanding = sum(1 for _, _, key in self._pending if unused(key))
+            return max(1 if steady else 0, self.allowance - outstanding)
 
     def fresh(self, keys: Iterable[Hashable]) -> list[Hashable]:
         """``keys`` not guessed already (still pending)."""
-        return [k for k in keys if k not in self._keys]
+        with self._lock:
+            return [k for k in keys if k not in self._keys]
 
     def made(self, keys: Iterable[Hashable]) -> None:
         """Record guesses just issued."""
         now = time.monotonic()
-        for key in keys:
-            self._pending.append((self.observations, now, key))
-            self._keys.add(key)
+        with self._lock:
+            for key in keys:
+                self._pending.append((self.observations, now, key))
+                self._keys.add(key)
 
     def __repr__(self) -> str:
         return (

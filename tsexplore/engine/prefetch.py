@@ -24,6 +24,7 @@ what to fetch is a pure function (:func:`momentum_targets`, :func:`ring_targets`
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import threading
@@ -160,6 +161,19 @@ def ring_targets(obs: Observation, axes: Iterable[int], grid: tuple[int, ...]) -
     ]
 
 
+def _hashable(key: tuple[object, ...]) -> tuple[object, ...] | None:
+    """``key`` as a dictionary key (slices as triples), or None when it holds an array."""
+    out: list[object] = []
+    for k in key:
+        if isinstance(k, slice):
+            out.append(("slice", k.start, k.stop, k.step))
+        elif isinstance(k, (int, np.integer)):
+            out.append(int(k))
+        else:
+            return None
+    return tuple(out)
+
+
 def steady_steps(history: list[Observation]) -> int:
     """How many of the last moves were the same step, give or take a factor of two, the same
     way along one axis (random jumps rarely make two; play and scans make them all)."""
@@ -225,6 +239,8 @@ class Prefetcher:
         self._gen_for: dict[str, int] = {}
         self._generation = itertools.count()
         self._guesses: dict[tuple[str, str], Guesses] = {}
+        #: per source, the plans of views read ahead lately (a view is planned once)
+        self._plans: dict[str, collections.OrderedDict[Any, tuple[list, list]]] = {}
         self.last_policy: dict[str, str] = {}
 
     def following(self, source: ChunkSource) -> bool:
@@ -289,8 +305,9 @@ class Prefetcher:
         track.made(keys)
         if views is None:
             engine.advise(source, indices)  # the disk can start on all of them
-        elif not source.is_async:  # local files: the next slab's files, to the page cache
-            engine.advise(source, targets[: math.prod(hi - lo + 1 for lo, hi in history[-1].ranges)])
+        elif not source.is_async:  # local files: this slab's and the next's, to the page cache
+            here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
+            engine.advise(source, here + targets[: len(here)])
         engine.request(
             source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
             generation=gen, boxes=boxes if views is not None else None,
@@ -348,10 +365,19 @@ class Prefetcher:
         dt = max(history[-1].time - history[-2].time, 1e-3)
         n = max(1, min(self.max_views, math.ceil((2 * latency + 0.1) / dt)))
         out = []
+        memo = self._plans.setdefault(source.token, collections.OrderedDict())
         for moved in shifted_keys(key, source.shape, axis, step, n):
-            plan = plan_selection(moved, source.shape, source.chunks)
-            indices = list(plan.chunk_indices())
-            out.append((indices, part_boxes(plan, source) or [None] * len(indices)))
+            name = _hashable(moved)
+            found = memo.get(name) if name is not None else None
+            if found is None:
+                plan = plan_selection(moved, source.shape, source.chunks)
+                indices = list(plan.chunk_indices())
+                found = (indices, part_boxes(plan, source) or [None] * len(indices))
+                if name is not None:
+                    memo[name] = found
+                    if len(memo) > 4 * self.max_views:
+                        memo.popitem(last=False)
+            out.append(found)
         return out
 
     def _select(
@@ -372,17 +398,18 @@ class Prefetcher:
             wanted = [pair for indices, boxes in views for pair in zip(indices, boxes)]
             if source.is_async:
                 wanted += [(t, STORED) for t in targets if not cache.has_encoded((token, t))]
+        named = [((token, tuple(i)) if b is None else (token, tuple(i), b), i, b) for i, b in wanted]
+        fresh = set(track.fresh([k for k, _, _ in named]))  # not guessed already (one lock)
         keys, indices, boxes = [], [], []
-        for index, box in wanted:
+        for key, index, box in named:
             if len(keys) >= room:
                 break
-            whole = engine.key(source, index)
-            key = whole if box is None else (*whole, box)
+            if key not in fresh:
+                continue
+            whole = key[:2]
             if whole in cache or (box is not None and key in cache):
                 continue
             if one_pass and engine.recently_consumed(whole):
-                continue
-            if not track.fresh([key]):
                 continue
             keys.append(key)
             indices.append(index)

@@ -84,7 +84,8 @@ class ReadTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._reads: dict[ChunkKey, Read] = {}
-        self._heap: list[tuple[int, int, Read]] = []
+        #: queued reads by kind, each a heap ordered by (priority, arrival)
+        self._heaps: dict[str, list[tuple[int, int, Read]]] = {k: [] for k in KINDS}
         self._seq = itertools.count()
         self._generations: dict[str, int] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
@@ -190,7 +191,7 @@ class ReadTable:
         if priority < read.priority:
             read.priority = priority
             if read.state == "queued":
-                heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+                heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
 
     def _queue_locked(
         self, source: ChunkSource, key: ChunkKey, priority: Priority, cache: bool, tally: Tally
@@ -201,7 +202,7 @@ class ReadTable:
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
         self._reads[key] = read
-        heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+        heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
         tally.new += 1
         if priority is Priority.VISIBLE:
             tally.misses += 1
@@ -237,35 +238,26 @@ class ReadTable:
     def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[Read]:
         """Pop the reads that may start now (highest priority first) and mark them running."""
         out: list[Read] = []
+        load, spec_load = self.load, self.spec_load
         with self.lock:
-            deferred = []
-            load, spec_load = self.load, self.spec_load
-            while self._heap:
-                full = {k for k in KINDS if load[k] >= limit[k]}
-                if len(full) == len(KINDS):
-                    break
-                prio, seq, read = heapq.heappop(self._heap)
-                if read.state != "queued" or prio != int(read.priority):
-                    continue  # cancelled, or queued again at a higher priority
-                kind = read.kind
-                speculative = read.priority is Priority.SPECULATIVE
-                if kind in full or (speculative and spec_load[kind] >= spec_limit[kind]):
-                    deferred.append((prio, seq, read))
-                    if speculative and all(
-                        k in full or spec_load[k] >= spec_limit[k] for k in KINDS
-                    ):
+            for kind, heap in self._heaps.items():
+                while heap and load[kind] < limit[kind]:
+                    prio, _, read = heap[0]
+                    if read.state != "queued" or prio != int(read.priority):
+                        heapq.heappop(heap)  # cancelled, or queued again at a higher priority
+                        continue
+                    speculative = read.priority is Priority.SPECULATIVE
+                    if speculative and spec_load[kind] >= spec_limit[kind]:
                         break  # the heap is ordered: only prefetch reads remain
-                    continue
-                read.state = "running"
-                self.running[kind] += 1
-                load[kind] += read.cost
-                if speculative:
-                    read.speculative_slot = True
-                    self.spec_running[kind] += 1
-                    spec_load[kind] += read.cost
-                out.append(read)
-            for item in deferred:
-                heapq.heappush(self._heap, item)
+                    heapq.heappop(heap)
+                    read.state = "running"
+                    self.running[kind] += 1
+                    load[kind] += read.cost
+                    if speculative:
+                        read.speculative_slot = True
+                        self.spec_running[kind] += 1
+                        spec_load[kind] += read.cost
+                    out.append(read)
         return out
 
     def finish(self, read: Read) -> None:
@@ -304,5 +296,6 @@ class ReadTable:
         with self.lock:
             reads = list(self._reads.values())
             self._reads.clear()
-            self._heap.clear()
+            for heap in self._heaps.values():
+                heap.clear()
         return reads

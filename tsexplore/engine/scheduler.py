@@ -41,7 +41,7 @@ from .hints import ReadAheadMemory
 from .loop import IOLoop, apply_switch_interval
 from .parts import STORED, Box, PartReads
 from .prefetch import Prefetcher
-from .reads import KINDS, PART_COST, Read, ReadTable, Tally
+from .reads import CATCH_UP_SECONDS, KINDS, PART_COST, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import ChunkKey, Priority
 
@@ -220,6 +220,8 @@ class Engine(BlockingReads, ReadAheadMemory):
                     tally.prefetch_used += 1
                     if not cache or len(key) == 3:
                         consumed.append(key)
+        if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
+            self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
         if waiting and not cache:  # a one-pass reader will not ask again: do not read ahead
@@ -285,16 +287,22 @@ class Engine(BlockingReads, ReadAheadMemory):
             self._io.submit(self._run_parts, guesses[k : k + PART_BATCH])
 
     def _run_parts(self, reads: list[Read]) -> None:
-        """Read parts of local chunks one after the other (on a read thread)."""
+        """Read parts of local chunks, their disk reads together (on a read thread)."""
+        by_source: dict[str, list[Read]] = {}
         for read in reads:
+            by_source.setdefault(read.source.token, []).append(read)
+        for group in by_source.values():
             try:
-                array = self._parts.read_here(read.source, read.index, read.key[2])
-            except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiter
-                self._finish_here(read, exc=exc)
-                continue
-            if not (read.keep and self.cache.put(read.key, array)):
-                self._table.prefetched.discard(read.key)
-            self._finish_here(read, result=array)
+                results = self._parts.read_batch(group[0].source, [(r.index, r.key[2]) for r in group])
+            except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiters
+                results = [exc] * len(group)
+            for read, array in zip(group, results):
+                if isinstance(array, BaseException):
+                    self._finish_here(read, exc=array)
+                    continue
+                if not (read.keep and self.cache.put(read.key, array)):
+                    self._table.prefetched.discard(read.key)
+                self._finish_here(read, result=array)
         self._io.call_soon(self._dispatch)
 
     def _finish_here(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:

@@ -181,6 +181,12 @@ class Stats:
         with self._lock:
             self._counts[name] += n
 
+    def count_many(self, names: tuple[str, ...]) -> None:
+        """Add one to each counter in ``names`` (one lock)."""
+        with self._lock:
+            for name in names:
+                self._counts[name] += 1
+
     def record_read(self, encoded: int, decoded: int, seconds: float) -> None:
         """One read: ``encoded`` bytes moved from the store, ``decoded`` bytes decoded."""
         now = time.monotonic()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CorruptChunkError
+from . import buffers
 from ._cblosc2 import item_decoder
 
 #: enough bytes of a frame to know the length of its header and block table
@@ -43,6 +44,7 @@ _MAX_BLOCKSIZE = 536866816
 
 #: a region of a chunk: per axis ``(start, stop)`` in chunk-local coordinates
 Box = tuple[tuple[int, int], ...]
+# ``where`` arguments name the chunk in error messages (anything that formats as text)
 
 
 class PartsUnsupported(Exception):  # noqa: N818 - a signal to decode whole, not an error
@@ -107,7 +109,7 @@ class BloscHead:
         return out
 
 
-def head_length(prefix: bytes | memoryview | np.ndarray, where: str) -> int:
+def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
     """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
     suffice for a blosc1 frame)."""
     b = bytes(prefix[:PREFIX])
@@ -129,7 +131,7 @@ def head_length(prefix: bytes | memoryview | np.ndarray, where: str) -> int:
     return hlen + 4 * math.ceil(nbytes / blocksize)
 
 
-def parse_head(buf: np.ndarray, where: str, whole: bool = True) -> BloscHead:
+def parse_head(buf: np.ndarray, where: object, whole: bool = True) -> BloscHead:
     """Parse and check the header and block table at the start of ``buf`` (a ``uint8``
     array: the whole frame, or with ``whole=False`` at least its head)."""
     if len(buf) < MIN_HEADER:
@@ -191,7 +193,7 @@ def parse_head(buf: np.ndarray, where: str, whole: bool = True) -> BloscHead:
                      starts, ends, False, 0, data_start, buf[:data_start].copy())
 
 
-def _block_ends(starts: np.ndarray, data_start: int, cbytes: int, where: str) -> np.ndarray:
+def _block_ends(starts: np.ndarray, data_start: int, cbytes: int, where: object) -> np.ndarray:
     """Where each block's bytes end: at the next block's start (blocks are contiguous,
     possibly out of order when compressed by several threads) or at the frame's end."""
     if not len(starts):
@@ -213,7 +215,7 @@ def _block_ends(starts: np.ndarray, data_start: int, cbytes: int, where: str) ->
     return ends
 
 
-def check_blocks(head: BloscHead, buf: np.ndarray, blocks: np.ndarray, where: str) -> None:
+def check_blocks(head: BloscHead, buf: np.ndarray, blocks: np.ndarray, where: object) -> None:
     """Each block's streams must fill its bytes exactly (``buf``: the frame, at least the
     head and these blocks' bytes in place)."""
     if head.memcpyed or head.special:
@@ -318,7 +320,7 @@ def decode_box(
     shape: tuple[int, ...],
     dtype: np.dtype,
     box: Box,
-    where: str,
+    where: object,
 ) -> tuple[np.ndarray, int]:
     """The values of ``box`` of a chunk of ``shape`` stored as the frame in ``buf`` (every
     byte of it, or a sparse copy holding the head and the blocks ``box`` needs), and the
@@ -334,7 +336,8 @@ def decode_box(
         )
     lay = layout(shape, itemsize, box, head.blocksize, head.nbytes)
     check_blocks(head, buf, lay.blocks, where)
-    out = np.empty(tuple(hi - lo for lo, hi in box), dtype=dtype)
+    out_shape = tuple(hi - lo for lo, hi in box)
+    out = buffers.empty(math.prod(out_shape) * itemsize).view(dtype).reshape(out_shape)
     ts = head.typesize
     src = buf[: head.cbytes] if len(buf) >= head.cbytes else buf
     if len(lay.starts) == 1:  # one run: straight into the output
@@ -359,7 +362,7 @@ def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, where: str) -> None:  # type: ignore[no-untyped-def]
+def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, where: object) -> None:  # type: ignore[no-untyped-def]
     if start % ts or nbytes % ts:
         raise PartsUnsupported("a region that does not start on a whole blosc item")
     got = items(src, start // ts, nbytes // ts, dest, nbytes)

@@ -24,7 +24,6 @@ import asyncio
 import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,7 @@ from .blosc_partial import (
     parse_head,
     sparse_frame,
 )
+from .local_parts import PartRead, Where, read_local_parts
 
 #: a ZarrSource (not imported: it imports this module)
 ZarrSource = Any
@@ -52,20 +52,7 @@ ZarrSource = Any
 PART_FRACTION = 0.5
 #: the largest block size assumed until a frame of the array has been read
 GUESS_BLOCKSIZE = 1 << 16
-#: local reads: byte ranges closer than this are read as one
-LOCAL_GAP = 1 << 16
 _MEMO = 4096
-
-
-@dataclass
-class PartRead:
-    """What reading one part did."""
-
-    array: np.ndarray  # the box's values, in the source's (native) dtype
-    moved: int  # bytes read from the store
-    decoded: int  # bytes of blocks decoded
-    stored: np.ndarray | None = None  # the whole stored frame, when it was read
-    head: BloscHead | None = None  # the frame's head, when it was read
 
 
 class Link:
@@ -211,7 +198,7 @@ class BloscParts:
     # -- the steps ---------------------------------------------------------------------------
     def _from_frame(self, frame: np.ndarray, index: tuple[int, ...], box: Box, moved: int) -> PartRead:
         """Decode ``box`` from the whole stored ``frame``."""
-        where = self.source._where(index)
+        where = Where(self.source, index)
         try:
             head = parse_head(frame, where)
             self._learn(head)
@@ -236,52 +223,32 @@ class BloscParts:
     def _read_local(
         self, index: tuple[int, ...], box: Box, head: BloscHead | None, keep: bool
     ) -> PartRead:
-        if keep or self.unsupported:
-            frame = self._read_file(index)
-            result = self._from_frame(frame, index, box, frame.size)
-            result.stored = frame if keep else None
-            return result
-        where = self.source._where(index)
-        path = os.path.join(self.source._local_root, self.source.chunk_key(index))
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise self.source._missing(index) from None
-        try:
-            size = os.fstat(fd).st_size
-            moved, fresh = 0, None
-            if head is None:
-                try:
-                    fresh = head = self._local_head(fd, size, where)
-                except PartsUnsupported:
-                    self.unsupported = True
-                    return self._read_local(index, box, None, keep)
-                moved += head.head_len
-            if head.cbytes > size:
-                raise CorruptChunkError(f"{where}: stored chunk has {size} bytes, its blosc header says {head.cbytes}")
-            frame = sparse_frame(head)
-            for a, b in head.block_ranges(self._blocks(head, box), LOCAL_GAP):
-                if os.preadv(fd, [memoryview(frame)[a:b]], a) != b - a:
-                    raise CorruptChunkError(f"{where}: the stored chunk ends inside blosc block bytes {a}..{b}")
-                moved += b - a
-            try:
-                values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
-            except PartsUnsupported:
-                self.unsupported = True
-                return self._read_local(index, box, head, keep)
-        finally:
-            os.close(fd)
-        return PartRead(self._native(values), moved, decoded, head=fresh)
+        return self.read_many([(index, box, head)], keep)[0]
 
-    def _local_head(self, fd: int, size: int, where: str) -> BloscHead:
-        want = max(PREFIX, self.head_len or 4096)
-        data = os.pread(fd, min(size, want), 0)
-        need = head_length(data, where)
-        if need > len(data):
-            data += os.pread(fd, need - len(data), len(data))
-        head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
-        self._learn(head)
-        return head
+    def read_many(self, items: list[tuple[tuple[int, ...], Box, BloscHead | None]], keep: bool = False) -> list[Any]:
+        """Parts of local frames, their I/O batched (:func:`.local_parts.read_local_parts`):
+        a ``PartRead`` per item, or (in a list of several) the exception it raised; one
+        item raises it."""
+        if keep or self.unsupported:
+            out: list[Any] = []
+            for index, box, _ in items:
+                try:
+                    frame = self._read_file(index)
+                    result = self._from_frame(frame, index, box, frame.size)
+                    result.stored = frame if keep else None
+                    out.append(result)
+                except Exception as exc:  # noqa: BLE001
+                    out.append(exc)
+        else:
+            out = read_local_parts(self, items)
+            if any(isinstance(r, PartsUnsupported) for r in out):
+                self.unsupported = True
+                redo = [i for i, r in enumerate(out) if isinstance(r, PartsUnsupported)]
+                for i, r in zip(redo, self.read_many([items[i] for i in redo])):
+                    out[i] = r
+        if len(items) == 1 and isinstance(out[0], BaseException):
+            raise out[0]
+        return out
 
     def _blocks(self, head: BloscHead, box: Box) -> np.ndarray:
         return layout(self.shape, self.dtype.itemsize, box, head.blocksize, head.nbytes).blocks
@@ -302,7 +269,7 @@ class BloscParts:
             result = await loop.run_in_executor(None, self._from_frame, frame, index, box, len(data))
             result.stored = frame  # fetching it again would cost a round trip: the engine keeps it
             return result
-        where = self.source._where(index)
+        where = Where(self.source, index)
         moved, fresh, data = 0, None, b""
         if head is None:
             want = max(PREFIX, self.head_len or 4096)
@@ -336,7 +303,7 @@ class BloscParts:
     def _from_ranges(
         self, head: BloscHead, ranges: list[tuple[int, int]], datas: list[bytes], index: tuple[int, ...], box: Box
     ) -> PartRead:
-        where = self.source._where(index)
+        where = Where(self.source, index)
         frame = sparse_frame(head)
         for (a, b), data in zip(ranges, datas):
             if len(data) != b - a:
