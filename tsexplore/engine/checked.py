@@ -155,7 +155,9 @@ class CheckedReader:
             raise self._failed(source, index, exc) from exc
         finally:
             retry_counter.reset(token)
-        self._record(source, t0, result.moved, result.decoded)
+        seconds = getattr(result, "seconds", None)  # read in a batch: from the batch's start
+        self._record(source, t0 if seconds is None else time.perf_counter() - seconds,
+                     result.moved, result.decoded)
         return result
 
     def _start_part(self) -> float:

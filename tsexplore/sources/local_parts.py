@@ -11,6 +11,7 @@ once. Heads already held by the engine (its encoded tier) are not read again.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ class PartRead:
     decoded: int  # bytes of blocks decoded
     stored: np.ndarray | None = None  # the whole stored frame, when it was read
     head: BloscHead | None = None  # the frame's head, when it was read
+    seconds: float | None = None  # from the start of its batch to its values (None: unknown)
 
 
 class Where:
@@ -74,6 +76,7 @@ def read_local_parts(parts: Any, items: list[Item]) -> list[Any]:
     """``PartRead`` (or the exception raised) for each item, in order; ``parts`` is the
     array's :class:`~tsexplore.sources.parts.BloscParts`."""
     source = parts.source
+    start = time.perf_counter()
     results: list[Any] = [None] * len(items)
     open_: dict[int, tuple[int, int]] = {}  # item -> (fd, file size)
     try:
@@ -111,6 +114,7 @@ def read_local_parts(parts: Any, items: list[Item]) -> list[Any]:
             head, fresh = heads[i]
             try:
                 results[i] = _decode(parts, open_[i][0], items[i], head, ranges, fresh)
+                results[i].seconds = time.perf_counter() - start
             except Exception as exc:  # noqa: BLE001
                 results[i] = exc
     finally:
