@@ -12,7 +12,9 @@ congestion window (additive increase, multiplicative decrease):
   after it was made counts as wrong; an observation that settles more wrong guesses than
   right ones halves the allowance -- down to zero, where the policy stays off;
 - a policy that sees a *steady* pattern (several equal steps the same way) may always make
-  one guess, so a pattern that returns earns its allowance back.
+  a few guesses (one after three steps, a view's worth after four: random jumps make three
+  about once in a hundred views, four once in a thousand), so a pattern that returns earns
+  its allowance back within a few views.
 
 Guesses cancelled before they ran (the reader moved to a new view) cost nothing and count
 neither way.
@@ -69,11 +71,12 @@ class Guesses:
         if failed > gained:
             self.allowance //= 2
 
-    def room(self, steady: bool, unused: Callable[[Hashable], bool]) -> int:
-        """How many new guesses may be made now (at least one on a steady pattern)."""
+    def room(self, steady: int | bool, unused: Callable[[Hashable], bool]) -> int:
+        """How many new guesses may be made now: what the allowance leaves, and at least
+        ``steady`` (a steady pattern's probe) whatever the record."""
         with self._lock:
             outstanding = sum(1 for _, _, key in self._pending if unused(key))
-            return max(1 if steady else 0, self.allowance - outstanding)
+            return max(int(steady), self.allowance - outstanding)
 
     def fresh(self, keys: Iterable[Hashable]) -> list[Hashable]:
         """``keys`` not guessed already (still pending)."""

@@ -43,7 +43,8 @@ from .parts import STORED, part_boxes
 from .planning import SelectionPlan, normalize_key, plan_selection
 from .types import ChunkKey, Priority
 
-#: equal steps the same way that make a pattern steady (a guess is always allowed then)
+#: equal steps the same way that make a pattern steady: one guess is always allowed then,
+#: and a whole view's worth (or slab's) after one more
 STEADY = 3
 #: the allowance each policy starts with (momentum earns its own; a pan is a clear signal)
 INITIAL_ALLOWANCE = {"momentum": 0, "neighbourhood": 64}
@@ -321,9 +322,9 @@ class Prefetcher:
         history: list[Observation],
         plan: SelectionPlan,
         key: tuple[object, ...] | None,
-    ) -> tuple[tuple[object, ...], list[ChunkIndex], list[tuple[list, list]] | None, bool] | None:
+    ) -> tuple[tuple[object, ...], list[ChunkIndex], list[tuple[list, list]] | None, int] | None:
         """What the pattern predicts: ``(mode, chunk targets, views as (indices, boxes) or
-        None, steady)``, or None."""
+        None, the guesses a steady pattern may always make)``, or None."""
         grid = source.grid_shape
         obs = history[-1]
         slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
@@ -334,7 +335,8 @@ class Prefetcher:
             found = momentum_targets(history, grid, source.chunks, slab_latency, most)
             if found is not None:
                 axis, direction, targets = found
-                steady = steady_steps(history) >= STEADY
+                run = steady_steps(history)
+                steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
                 if key is not None and part_boxes(plan, source) is not None:
                     views = self._views(source, key, history, axis, slab_latency)
@@ -345,9 +347,9 @@ class Prefetcher:
             if len(moved) >= 2 and similar_views(history[-2], obs):
                 targets = ring_targets(obs, moved, grid)
                 if targets:
-                    steady = len(history) >= 3 and len(
+                    steady = int(len(history) >= 3 and len(
                         [k for k, (x, y) in enumerate(zip(history[-3].lo, history[-2].lo)) if x != y]
-                    ) >= 2
+                    ) >= 2)
                     return ("neighbourhood", tuple(moved)), targets, None, steady
         return None
 
