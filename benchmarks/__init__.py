@@ -4,11 +4,14 @@ Run ``python -m benchmarks <name> [options]`` (``--help`` lists the options). Na
 
 - ``play``: frames requested at 30 fps; per-frame latency p50 / p95 / max.
 - ``scrub``: frames as fast as possible; frames/s and latency.
+- ``jump``: 200 random frames, cold; per-frame latency p50 / p95.
+- ``profile``: one pixel's whole time series, cold; milliseconds.
+- ``soak``: random slider jumps through the view controller, then play; prefetch guesses used.
 - ``memory``: cache high water under 8 reader threads; opening a 10^15-element array.
 - ``scan``: mean over time of the whole cube; GB/s of decoded data, peak RSS.
 - ``patches``: shuffled 16x64x64 windows in batches of 32; samples/s, peak RSS.
 - ``ui``: slider-to-pixels latency in a real browser (see ``benchmarks/ui.py``).
-- ``all``: play, scrub, scan and patches, one after the other.
+- ``all``: play, scrub, jump, profile, scan and patches, one after the other.
 
 Every system runs in its own subprocess (``python -m benchmarks._run``) after the store's
 pages are dropped from the page cache; the parent collects one JSON line per run, takes

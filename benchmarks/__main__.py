@@ -13,11 +13,14 @@ ENTRY_POINTS = {
     "play": "play_scrub:main_play",
     "scrub": "play_scrub:main_scrub",
     "memory": "play_scrub:main_memory",
+    "jump": "jump:main_jump",
+    "profile": "jump:main_profile",
+    "soak": "soak:main",
     "scan": "scan:main",
     "patches": "patches:main",
     "ui": "ui:main",
 }
-ALL = ("play", "scrub", "scan", "patches")
+ALL = ("play", "scrub", "jump", "profile", "scan", "patches")
 
 USAGE = f"""usage: python -m benchmarks <name> [options]   (python -m benchmarks <name> --help)
 
@@ -42,7 +45,7 @@ def resolve(name: str):  # noqa: ANN201 - returns the entry point callable
 
 
 def run_all(argv: list[str]) -> int:
-    """play, scrub, scan and patches with the same options; the worst exit status."""
+    """play, scrub, jump, profile, scan and patches with the same options; the worst exit status."""
     status = 0
     for name in ALL:
         print(f"\n===== {name} =====", file=sys.stderr, flush=True)

@@ -68,6 +68,31 @@ class Metric:
 
 
 RSS = Metric("peak_rss_mb", "peak RSS MB", "lower", "{:.0f}")
+#: tsexplore's own counters, in every benchmark (peers show "-")
+ENGINE_METRICS = [
+    Metric("decoded_ratio", "decoded/useful", "lower"),
+    Metric("prefetch_issued", "prefetch guesses", "lower", "{:.0f}"),
+    Metric("prefetch_used_pct", "guesses used %", "higher", "{:.0f}"),
+]
+
+
+def engine_counters() -> dict[str, Any]:
+    """tsexplore's counters after a run: the top-level keys of :data:`ENGINE_METRICS`, and
+    the rest under ``stats`` (call in the child, after the work)."""
+    import tsexplore as tse
+
+    s = tse.stats()
+    stats = {k: getattr(s, k) for k in (
+        "hits", "misses", "joined", "reads", "part_reads", "encoded_hits", "prefetch_reads",
+        "speculative_reads", "prefetch_used", "bytes_read", "bytes_decoded", "bytes_useful",
+        "cache_budget", "cache_high_water", "cache_encoded_bytes", "evictions", "cancelled",
+        "retries", "store_requests", "range_requests", "index_reads", "batched", "concurrency")}
+    return {
+        "decoded_ratio": s.decoded_ratio if s.bytes_useful else None,
+        "prefetch_issued": s.speculative_reads,
+        "prefetch_used_pct": 100 * s.prefetch_used_ratio if s.speculative_reads else None,
+        "stats": stats,
+    }
 
 
 def parser(name: str, description: str, systems: Sequence[str]) -> argparse.ArgumentParser:

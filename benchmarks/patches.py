@@ -213,12 +213,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
            "steady_samples_per_s": steady, "batch_shape": shape,
            "stopped_by": "count" if batches >= need else "time"}
     if system == "tsexplore":
-        import tsexplore as tse
-
-        s = tse.stats()
-        out["stats"] = {"bytes_decoded": s.bytes_decoded, "reads": s.reads,
-                        "bytes_read": s.bytes_read, "store_requests": s.store_requests,
-                        "hits": s.hits, "cache_high_water": s.cache_high_water}
+        out.update(common.engine_counters())
     return out
 
 
@@ -236,7 +231,7 @@ def main(argv: list[str]) -> int:
     shape = json.loads((Path(spec.path) / common.VARIABLE / "zarr.json").read_text())["shape"]
     counts = {s: args.batches or DEFAULT_BATCHES[s] for s in systems}
     served = common.serve(spec.path, args)
-    metrics = [*METRICS, *common.remote_metrics(served, throughput=True)]
+    metrics = [*METRICS, *common.ENGINE_METRICS, *common.remote_metrics(served, throughput=True)]
     with served as (url, _server):
         common.log(f"patches: {systems} x {args.repeat} on {url}, batches {counts}, "
                    f"at most {args.max_seconds:.0f} s each")

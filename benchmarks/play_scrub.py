@@ -87,7 +87,7 @@ def open_reader(system: str, url: str, storage_options: dict | None = None
         import tsexplore as tse
 
         da = tse.open_dataset(url, storage_options=storage_options)[var]
-        return (lambda t: da.isel(time=t).values), tse_stats
+        return (lambda t: da.isel(time=t).values), common.engine_counters
     if system in ("zarr", "zarrs"):
         import zarr
 
@@ -105,19 +105,6 @@ def open_reader(system: str, url: str, storage_options: dict | None = None
         arr = open_tensorstore(url, TS_CACHE_BYTES, storage_options)
         return (lambda t: arr[t].read().result()), dict
     raise ValueError(f"unknown system {system!r}; known: {SYSTEMS}")
-
-
-def tse_stats() -> dict:
-    """tsexplore's counters after a run (requests, ranges, indexes, cache)."""
-    import tsexplore as tse
-
-    s = tse.stats()
-    return {"hits": s.hits, "misses": s.misses, "joined": s.joined,
-            "prefetch_reads": s.prefetch_reads, "reads": s.reads, "retries": s.retries,
-            "store_requests": s.store_requests, "range_requests": s.range_requests,
-            "index_reads": s.index_reads, "batched": s.batched,
-            "bytes_read": s.bytes_read, "cache_high_water": s.cache_high_water,
-            "concurrency": s.concurrency}
 
 
 def open_tensorstore(url: str, cache_bytes: int, storage_options: dict | None = None) -> Any:
@@ -184,7 +171,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
         "p99_ms": runner.percentile(ms, 99), "late_after_1s": late_after_1s,
         "max_ms": max(ms), "mean_ms": sum(ms) / len(ms),
         "late_frames": sum(1 for x in lat if period and x > period),
-        "frame_shape": list(np.asarray(frame).shape), "stats": stats(),
+        "frame_shape": list(np.asarray(frame).shape), **stats(),
         "trace": {"latency_ms": [round(x, 3) for x in ms], "checks": checks},
     }
 
@@ -238,7 +225,8 @@ def _run_memory(system: str, params: dict[str, Any], sampler: runner.RssSampler)
     if errors:
         raise RuntimeError(f"{len(errors)} reader thread(s) failed; first: {errors[0]}")
     hw = high_water()
-    out: dict[str, Any] = {
+    counters = common.engine_counters() if system == "tsexplore" else {}
+    out: dict[str, Any] = {**counters,
         "threads": params["threads"], "reads": params["threads"] * per_thread,
         "elapsed_s": elapsed, "reads_per_s": params["threads"] * per_thread / elapsed,
         "budget_mb": budget / 1e6, "high_water_mb": None if hw is None else hw / 1e6,
@@ -299,7 +287,8 @@ def _frames(bench: str, argv: list[str]) -> int:
     spec = common.data_spec(args)
     frames = max(1, min(args.frames, spec.shape[0]))
     served = common.serve(spec.path, args)
-    metrics = [*(PLAY_METRICS if bench == "play" else SCRUB_METRICS), *common.remote_metrics(served)]
+    metrics = [*(PLAY_METRICS if bench == "play" else SCRUB_METRICS), *common.ENGINE_METRICS,
+               *common.remote_metrics(served)]
     with served as (url, _server):
         describe = ((lambda r: f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, "
                      f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.0f} ms") if bench == "play" else
@@ -383,8 +372,8 @@ def main_memory(argv: list[str]) -> int:
     spec = common.data_spec(args)
     budget = args.budget or (4_000_000 if args.small else 256_000_000)
     reads = args.reads or (32 if args.small else 16)
-    metrics = [*MEMORY_METRICS, common.HTTP_REQUESTS] if args.remote else MEMORY_METRICS
     served = common.serve(spec.path, args)
+    metrics = [*MEMORY_METRICS, *common.ENGINE_METRICS, *common.remote_metrics(served)]
     with served as (url, _server):
         params = {"bench": "memory", "url": url, "budget": budget, "nt": spec.shape[0],
                   "threads": args.threads, "reads_per_thread": reads, "timeout": args.timeout,

@@ -115,12 +115,7 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
                            "gbps": params["nbytes"] / elapsed / 1e9,
                            "result_shape": list(result.shape), "result_dtype": str(result.dtype)}
     if system in TSE_SYSTEMS:
-        import tsexplore as tse
-
-        s = tse.stats()
-        out["stats"] = {"bytes_decoded": s.bytes_decoded, "bytes_read": s.bytes_read,
-                        "reads": s.reads, "prefetch_reads": s.prefetch_reads,
-                        "cache_budget": s.cache_budget, "cache_high_water": s.cache_high_water}
+        out.update(common.engine_counters())
     return out
 
 
@@ -139,7 +134,7 @@ def main(argv: list[str]) -> int:
     budget = spec.nbytes // 4 if args.quarter_budget else args.budget
     tmp = Path(tempfile.mkdtemp(prefix="tsexplore-bench-scan-"))
     served = common.serve(spec.path, args)
-    metrics = [*METRICS, *common.remote_metrics(served, throughput=True)]
+    metrics = [*METRICS, *common.ENGINE_METRICS, *common.remote_metrics(served, throughput=True)]
     try:
         with served as (url, _server):
             common.log(f"scan: {systems} x {args.repeat} on {url} "

@@ -57,10 +57,13 @@ def moto_s3():
 
 @pytest.fixture(autouse=True)
 def fresh_engine():
-    """Every test starts and ends with no engine threads running."""
+    """Every test starts and ends with no engine threads running, and with the settings it
+    found (``tse.config.set`` and ``open_dataset(cache_bytes=...)`` last for the process)."""
+    settings = tse.config.get()
     tse.close()
     yield
     tse.close()
+    tse.config._settings = settings
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         alive = [t.name for t in threading.enumerate() if t.name.startswith("tsexplore-io")]

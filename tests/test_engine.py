@@ -524,7 +524,7 @@ def test_close_stops_every_thread_and_the_engine_restarts(small_cube: Path) -> N
         remote = tse.open_dataset(srv.url)
         _ = remote["temp"].isel(time=1).values  # http
         slow = tse.open_dataset(SyntheticSource((64, 8, 8), (1, 8, 8), latency=0.2))["data"]
-        for t in range(3):
+        for t in range(5):  # four equal steps: a steady pattern the prefetcher follows
             _ = slow.isel(time=t).values  # momentum: speculative reads now queued/in flight
         assert get_engine().snapshot().prefetch_reads > 0
         old = get_engine()

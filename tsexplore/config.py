@@ -17,6 +17,12 @@ Environment variables (all optional):
   fsspec/aiohttp), ``"obstore"`` or ``"fsspec"``. Metadata is always read through zarr.
 - ``TSEXPLORE_CBLOSC2``: ``0`` decodes blosc chunks with numcodecs instead of C-Blosc2
   (read once, at the first blosc chunk).
+- ``TSEXPLORE_PARTIAL_DECODE``: ``0`` decodes blosc chunks whole even for a thin selection
+  (a frame of a deep chunk); by default only the blocks that hold it are read and decoded.
+- ``TSEXPLORE_KEEP_STORED``: when reading a part of a blosc chunk (a frame of a deep chunk)
+  fetches the whole stored frame and the cache keeps it (the encoded tier): ``remote``
+  (default; local files read only the blocks' bytes and the page cache holds the rest),
+  ``always`` or ``never``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ def _total_ram() -> int:
         return 8 * 2**30
 
 
+KEEP_STORED = ("remote", "always", "never")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Frozen view of the settings in force."""
@@ -52,6 +61,8 @@ class Settings:
     switch_interval: float = 0.0005
     read_nice: int = 5
     remote_reader: str = "auto"
+    keep_stored: str = "remote"
+    partial_decode: bool = True
 
 
 def _from_env() -> Settings:
@@ -67,6 +78,8 @@ def _from_env() -> Settings:
             switch_interval=float(env.get("TSEXPLORE_SWITCH_INTERVAL", 0.0005)),
             read_nice=int(env.get("TSEXPLORE_READ_NICE", 5)),
             remote_reader=env.get("TSEXPLORE_REMOTE_READER", "auto"),
+            keep_stored=env.get("TSEXPLORE_KEEP_STORED", "remote"),
+            partial_decode=env.get("TSEXPLORE_PARTIAL_DECODE", "1") != "0",
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc
@@ -95,6 +108,8 @@ def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
         raise ConfigError(
             f"remote_reader must be one of {REMOTE_READERS}, got {changes['remote_reader']!r}"
         )
+    if "keep_stored" in changes and changes["keep_stored"] not in KEEP_STORED:
+        raise ConfigError(f"keep_stored must be one of {KEEP_STORED}, got {changes['keep_stored']!r}")
     _settings = replace(_settings, **changes)  # type: ignore[arg-type]
     return _settings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import contextvars
+import itertools
 import math
 import weakref
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from ..errors import TsExploreError
 from ..sources.base import ChunkSource
 from .blocking import wait_all
 from .loop import on_read_thread
+from .parts import Box, is_part, part_boxes, shift
 from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .scheduler import Engine, get_engine
 from .types import Priority
@@ -62,48 +64,64 @@ def read_selection(
     indices = list(plan.chunk_indices())
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
+    boxes = part_boxes(plan, source)  # thin regions of blosc chunks: only their blocks
     items = engine.request_mixed(
-        source, indices, priority, channel=channel, generation=generation, cache=cache
+        source, indices, priority, channel=channel, generation=generation, cache=cache,
+        boxes=boxes,
     )
     observe = priority is Priority.VISIBLE if observe is None else observe
     if observe and any(isinstance(item, cf.Future) for item in items):
-        engine.prefetcher.observe(source, plan, not cache)  # plan ahead while this read waits
+        engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
         observe = False
     if not copy and len(items) == 1:
         item = items[0]
         chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
         local = tuple(d.pieces[0][1] for d in plan.dims)
+        box = boxes[0] if boxes else None
+        if is_part(chunk, box):
+            local = shift(local, box)  # type: ignore[arg-type]
         out = finish(take_piece(chunk, local), plan)
     else:
-        out = assemble(plan, items, source.dtype, timeout)
+        out = assemble(plan, items, source.dtype, timeout, boxes)
+    engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
-        engine.call_soon(engine.prefetcher.observe, source, plan, not cache)
+        engine.call_soon(engine.prefetcher.observe, source, plan, not cache, key)
     return out
 
 
-def assemble(plan: SelectionPlan, items: list, dtype: np.dtype, timeout: float | None) -> np.ndarray:
-    """Copy each chunk's piece into the output (cached arrays first, then reads as they end)."""
-    import itertools
+def assemble(
+    plan: SelectionPlan,
+    items: list,
+    dtype: np.dtype,
+    timeout: float | None,
+    boxes: list[Box | None] | None = None,
+) -> np.ndarray:
+    """Copy each chunk's piece into the output (cached arrays first, then reads as they end).
 
+    ``boxes``: where a part of a chunk was asked for, its box (the item then holds the
+    box's values, or the whole chunk)."""
     out = np.empty(plan.block_shape, dtype=dtype)
     if not items:
         return finish(out, plan)
     basic = all(isinstance(p[1], slice) for d in plan.dims for p in d.pieces)
     combos = list(itertools.product(*(d.pieces for d in plan.dims)))
+    parts = boxes or [None] * len(combos)
     pending = []
-    for pieces, item in zip(combos, items):
+    for pieces, item, box in zip(combos, items, parts):
         if isinstance(item, cf.Future):
-            pending.append((pieces, item))
+            pending.append((pieces, item, box))
             continue
-        _place(out, item, pieces, basic)
-    for pieces, fut in pending:
-        _place(out, wait_all([fut], timeout)[0], pieces, basic)
+        _place(out, item, pieces, basic, box)
+    for pieces, fut, box in pending:
+        _place(out, wait_all([fut], timeout)[0], pieces, basic, box)
     return finish(out, plan)
 
 
-def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool) -> None:
+def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool, box: Box | None) -> None:
     target = tuple(p[2] for p in pieces)
     local = tuple(p[1] for p in pieces)
+    if is_part(chunk, box):
+        local = shift(local, box)  # type: ignore[arg-type]
     out[target] = chunk[local] if basic else take_piece(chunk, local)
 
 

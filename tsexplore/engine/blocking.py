@@ -28,6 +28,16 @@ def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list
     if len(futures) == 1 and futures[0].done():
         return [futures[0].result()]
     timeout = config.get().wait_timeout if timeout is None else timeout
+    if len(futures) == 1:  # the future's own wait: cheaper than cf.wait's waiters
+        try:
+            return [futures[0].result(timeout)]
+        except cf.TimeoutError:
+            if futures[0].done():  # the read itself failed with a timeout: its own error
+                raise
+            raise ReadTimeoutError(
+                f"a chunk read did not finish within {timeout} s; "
+                "raise tse.config.set(wait_timeout=...) or check the store"
+            ) from None
     done, not_done = cf.wait(futures, timeout, return_when=cf.FIRST_EXCEPTION)
     for fut in futures:
         if fut in done and not fut.cancelled() and fut.exception() is not None:
@@ -45,6 +55,7 @@ class BlockingReads:
 
     # provided by the engine
     request: Any
+    count_useful: Any
     read_inline: Any
     advise: Any
     check_blocking_allowed: Any
@@ -66,7 +77,9 @@ class BlockingReads:
         if on_read_thread():
             return [self.read_inline(source, i) for i in indices]
         futures = self.request(source, indices, priority, channel=channel, generation=generation)
-        return wait_all(futures, timeout)
+        chunks = wait_all(futures, timeout)
+        self.count_useful(sum(getattr(c, "nbytes", 0) for c in chunks))
+        return chunks
 
     def stream_ahead(self, source: ChunkSource) -> int:
         """Reads a stream keeps issued: enough to keep the I/O pipe full (remote: twice the
@@ -104,7 +117,9 @@ class BlockingReads:
             return self.request(source, [index], Priority.PLANNED, cache=cache)[0]  # type: ignore[no-any-return]
 
         def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
-            return wait_all([fut], timeout)[0]
+            chunk = wait_all([fut], timeout)[0]
+            self.count_useful(getattr(chunk, "nbytes", 0))
+            return chunk
 
         # reads still in flight when the consumer stops finish and fill the cache; their
         # futures are shared (another request may have joined them), so none is cancelled

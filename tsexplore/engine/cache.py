@@ -1,9 +1,18 @@
-"""ChunkCache: decoded chunks under one byte budget, LRU with pins, thread-safe.
+"""ChunkCache: decoded chunks and stored (encoded) bytes under one byte budget, LRU with pins.
+
+Two tiers share one least-recently-used order and one budget:
+
+- the **decoded** tier: decoded chunks, and decoded parts of chunks, by their key
+  (:meth:`get`, :meth:`put`, ``key in cache``, :meth:`keys`, ``len(cache)``);
+- the **encoded** tier: what a store holds for a chunk -- its stored bytes, the header and
+  block table of a blosc frame, a shard's index -- by any hashable key of the caller's
+  (:meth:`get_encoded`, :meth:`put_encoded`); a frame held here decodes any of its parts
+  without reading the store again.
 
 The lock guards only the dictionary and the counters; it is never held while reading or
-decoding. A chunk larger than the whole budget is returned to its caller but not kept.
-``bytes_now`` never exceeds ``budget`` (checked by the 8-thread hammer test), and
-``high_water`` records the largest ``bytes_now`` ever seen.
+decoding. Anything larger than the whole budget is returned to its caller but not kept.
+``bytes_now`` (both tiers) never exceeds ``budget`` (checked by the 8-thread hammer test),
+and ``high_water`` records the largest ``bytes_now`` ever seen.
 """
 
 from __future__ import annotations
@@ -11,21 +20,54 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
 
 
+class _Encoded:
+    """The cache's own key of an encoded entry (never equal to a decoded key)."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self._hash = hash(("tsexplore-encoded", key))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Encoded) and other.key == self.key
+
+
+class _Stored:
+    """An encoded value and the bytes it is counted for."""
+
+    __slots__ = ("value", "nbytes")
+
+    def __init__(self, value: Any, nbytes: int) -> None:
+        self.value = value
+        self.nbytes = nbytes
+
+
+def _size(value: Any) -> int:
+    return int(value.nbytes)
+
+
 class ChunkCache:
-    """An LRU of decoded chunks bounded by ``budget`` bytes."""
+    """An LRU of decoded chunks and encoded bytes bounded by ``budget`` bytes."""
 
     def __init__(self, budget: int) -> None:
         self._lock = threading.Lock()
-        self._data: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._pins: dict[Hashable, int] = {}
         self._budget = 0
         self.bytes_now = 0
+        self.encoded_bytes = 0
+        self.encoded_entries = 0
         self.high_water = 0
         self.evictions = 0
         self.pinned_bytes = 0
@@ -37,7 +79,7 @@ class ChunkCache:
         return self._budget
 
     def resize(self, budget: int) -> None:
-        """Change the byte budget; evicts least recently used chunks to fit."""
+        """Change the byte budget; evicts least recently used entries to fit."""
         budget = int(budget)
         if budget < 0:
             raise ConfigError(f"cache budget must be >= 0 bytes, got {budget}")
@@ -51,7 +93,12 @@ class ChunkCache:
         with self._lock:
             return self._budget - self.pinned_bytes
 
-    # -- access ---------------------------------------------------------------------------
+    @property
+    def decoded_bytes(self) -> int:
+        """Bytes of the decoded tier."""
+        return self.bytes_now - self.encoded_bytes
+
+    # -- the decoded tier -------------------------------------------------------------------
     def get(self, key: Hashable) -> np.ndarray | None:
         with self._lock:
             value = self._data.get(key)
@@ -77,27 +124,42 @@ class ChunkCache:
 
     def put(self, key: Hashable, value: np.ndarray) -> bool:
         """Keep ``value`` under ``key`` if it fits; returns whether it was kept."""
-        size = value.nbytes
+        return self._keep(key, value, value.nbytes)
+
+    def _keep(self, key: Hashable, value: Any, size: int) -> bool:
         with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self.bytes_now -= old.nbytes
-                if key in self._pins:
-                    self.pinned_bytes -= old.nbytes
+            self._pop_locked(key)
             if size > self._budget:
                 return False
             if not self._evict_to(self._budget - size, protect_pins=True):
                 return False
-            value.flags.writeable = False
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
             self._data[key] = value
             self.bytes_now += size
-            if key in self._pins:
+            if isinstance(key, _Encoded):
+                self.encoded_bytes += size
+                self.encoded_entries += 1
+            elif key in self._pins:
                 self.pinned_bytes += size
             self.high_water = max(self.high_water, self.bytes_now)
             return True
 
+    def _pop_locked(self, key: Hashable) -> Any:
+        """Remove ``key`` (lock held); its value or None."""
+        old = self._data.pop(key, None)
+        if old is None:
+            return None
+        self.bytes_now -= old.nbytes
+        if isinstance(key, _Encoded):
+            self.encoded_bytes -= old.nbytes
+            self.encoded_entries -= 1
+        elif key in self._pins:
+            self.pinned_bytes -= old.nbytes
+        return old
+
     def _evict_to(self, target: int, *, protect_pins: bool) -> bool:
-        """Evict LRU chunks until ``bytes_now <= target``; lock must be held."""
+        """Evict LRU entries until ``bytes_now <= target``; lock must be held."""
         if self.bytes_now <= target:
             return True
         for key in list(self._data):
@@ -105,27 +167,49 @@ class ChunkCache:
                 break
             if protect_pins and key in self._pins:
                 continue
-            value = self._data.pop(key)
-            self.bytes_now -= value.nbytes
-            if key in self._pins:
-                self.pinned_bytes -= value.nbytes
+            self._pop_locked(key)
             self.evictions += 1
         return self.bytes_now <= target
 
     def discard(self, keys: Iterable[Hashable]) -> None:
         with self._lock:
             for key in keys:
-                value = self._data.pop(key, None)
-                if value is not None:
-                    self.bytes_now -= value.nbytes
-                    if key in self._pins:
-                        self.pinned_bytes -= value.nbytes
+                self._pop_locked(key)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
             self.bytes_now = 0
+            self.encoded_bytes = 0
+            self.encoded_entries = 0
             self.pinned_bytes = 0
+
+    # -- the encoded tier -------------------------------------------------------------------
+    def put_encoded(self, key: Hashable, value: Any, nbytes: int | None = None) -> bool:
+        """Keep stored bytes (or a parsed header, a shard index: any object, counted as
+        ``nbytes``; default ``len(value)``) under ``key``; returns whether they were kept."""
+        size = len(value) if nbytes is None else int(nbytes)
+        return self._keep(_Encoded(key), _Stored(value, size), size)
+
+    def get_encoded(self, key: Hashable) -> Any:
+        """What :meth:`put_encoded` kept under ``key``, or None."""
+        wrapped = _Encoded(key)
+        with self._lock:
+            entry = self._data.get(wrapped)
+            if entry is None:
+                return None
+            self._data.move_to_end(wrapped)
+            return entry.value
+
+    def has_encoded(self, key: Hashable) -> bool:
+        """Whether the encoded tier holds ``key`` (its place in the LRU is unchanged)."""
+        with self._lock:
+            return _Encoded(key) in self._data
+
+    def discard_encoded(self, keys: Iterable[Hashable]) -> None:
+        with self._lock:
+            for key in keys:
+                self._pop_locked(_Encoded(key))
 
     # -- pins -----------------------------------------------------------------------------
     def pin(self, keys: Iterable[Hashable]) -> None:
@@ -135,7 +219,7 @@ class ChunkCache:
                 n = self._pins.get(key, 0)
                 self._pins[key] = n + 1
                 if n == 0 and key in self._data:
-                    self.pinned_bytes += self._data[key].nbytes
+                    self.pinned_bytes += _size(self._data[key])
 
     def unpin(self, keys: Iterable[Hashable]) -> None:
         with self._lock:
@@ -144,7 +228,7 @@ class ChunkCache:
                 if n <= 1:
                     self._pins.pop(key, None)
                     if n == 1 and key in self._data:
-                        self.pinned_bytes -= self._data[key].nbytes
+                        self.pinned_bytes -= _size(self._data[key])
                 else:
                     self._pins[key] = n - 1
 
@@ -154,16 +238,24 @@ class ChunkCache:
 
     # -- introspection --------------------------------------------------------------------
     def keys(self) -> list[Hashable]:
+        """Keys of the decoded tier."""
         with self._lock:
-            return list(self._data)
+            return [k for k in self._data if not isinstance(k, _Encoded)]
+
+    def encoded_keys(self) -> list[Hashable]:
+        """Keys of the encoded tier (as given to :meth:`put_encoded`)."""
+        with self._lock:
+            return [k.key for k in self._data if isinstance(k, _Encoded)]
 
     def __len__(self) -> int:
+        """Entries of the decoded tier."""
         with self._lock:
-            return len(self._data)
+            return len(self._data) - self.encoded_entries
 
     def __repr__(self) -> str:
         return (
             f"<ChunkCache {len(self)} chunks, {self.bytes_now / 1e6:.1f}/"
-            f"{self._budget / 1e6:.1f} MB, high water {self.high_water / 1e6:.1f} MB, "
+            f"{self._budget / 1e6:.1f} MB ({self.encoded_entries} encoded, "
+            f"{self.encoded_bytes / 1e6:.1f} MB), high water {self.high_water / 1e6:.1f} MB, "
             f"{self.evictions} evictions>"
         )

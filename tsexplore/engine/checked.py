@@ -11,6 +11,10 @@ what else it reports (``count_io``: store and range requests, shard-index reads)
 the same statistics, and it may keep small things between reads in the engine's cache
 (:class:`~tsexplore.sources.base.ReadServices`). A read that is one of a batch
 (``source.read_chunks_counted``) is checked here the same way, one chunk at a time.
+
+Reads of a part of a chunk (:meth:`CheckedReader.read_part`), of stored bytes
+(:meth:`CheckedReader.read_stored`) and decodes of stored bytes the cache holds
+(:meth:`CheckedReader.read_with`) take the same steps.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class CheckedReader:
             array = _checked(source, index, array)
         except Exception as exc:  # noqa: BLE001 - every failure goes to the waiter, wrapped
             raise self._failed(source, index, exc) from exc
-        self._record(source, t0, encoded, array)
+        self._record(source, t0, encoded, array.nbytes)
         return array
 
     def read_here(
@@ -116,8 +120,127 @@ class CheckedReader:
         finally:
             retry_counter.reset(token)
             read_services.reset(lent)
-        self._record(source, t0, encoded, array)
+        self._record(source, t0, encoded, array.nbytes)
         return array
+
+    async def read_with(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        run: Callable[[], Coroutine[Any, Any, tuple[np.ndarray, int]]],
+    ) -> np.ndarray:
+        """Chunk ``index`` as ``await run()`` gives it (``(array, encoded bytes moved)``: e.g.
+        decoded from stored bytes the cache holds), checked like :meth:`read`."""
+        retry_counter.set(self._count_retry)
+        read_services.set(self.services)
+        t0 = time.perf_counter()
+        self.stats.count("reads")
+        try:
+            try:
+                array, encoded = await run()
+            except MissingChunkError as exc:
+                array, encoded = self._fill(source, index, exc)
+            array = _checked(source, index, array)
+        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
+            raise self._failed(source, index, exc) from exc
+        self._record(source, t0, encoded, array.nbytes)
+        return array
+
+    async def read_part(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        box: tuple[tuple[int, int], ...],
+        run: Callable[[], Coroutine[Any, Any, Any]],
+    ) -> Any:
+        """Box ``box`` of chunk ``index`` as ``await run()`` reads it (a ``PartRead``: the
+        values, the bytes moved and decoded), checked like :meth:`read`; a chunk the store
+        lacks fills the box (``missing="fill"``). Counted as ``part_reads`` too."""
+        retry_counter.set(self._count_retry)
+        t0 = self._start_part()
+        try:
+            try:
+                result = await run()
+            except MissingChunkError as exc:
+                result = self._fill_part(source, index, box, exc)
+            self._check_part(source, index, box, result)
+        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
+            raise self._failed(source, index, exc) from exc
+        self._record(source, t0, result.moved, result.decoded)
+        return result
+
+    def read_part_here(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        box: tuple[tuple[int, int], ...],
+        run: Callable[[], Any],
+    ) -> Any:
+        """:meth:`read_part` in the calling thread (``run()`` reads a local frame)."""
+        token = retry_counter.set(self._count_retry)
+        lent = read_services.set(self.services)
+        t0 = self._start_part()
+        try:
+            try:
+                result = run()
+            except MissingChunkError as exc:
+                result = self._fill_part(source, index, box, exc)
+            self._check_part(source, index, box, result)
+        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
+            raise self._failed(source, index, exc) from exc
+        finally:
+            retry_counter.reset(token)
+            read_services.reset(lent)
+        seconds = getattr(result, "seconds", None)  # read in a batch: from the batch's start
+        self._record(source, t0 if seconds is None else time.perf_counter() - seconds,
+                     result.moved, result.decoded)
+        return result
+
+    def _start_part(self) -> float:
+        self.stats.count_many(("reads", "part_reads"))
+        return time.perf_counter()
+
+    def _fill_part(
+        self, source: ChunkSource, index: ChunkIndex, box: tuple[tuple[int, int], ...], exc: MissingChunkError
+    ) -> Any:
+        whole, _ = self._fill(source, index, exc)
+        return _Filled(np.ascontiguousarray(whole[tuple(slice(lo, hi) for lo, hi in box)]))
+
+    def _check_part(
+        self, source: ChunkSource, index: ChunkIndex, box: tuple[tuple[int, int], ...], result: Any
+    ) -> None:
+        expected = tuple(hi - lo for lo, hi in box)
+        if result.array.shape != expected:
+            raise ChunkReadError(
+                f"{source!r} returned shape {result.array.shape} for part {box} of chunk "
+                f"{tuple(index)}, expected {expected}",
+                source=source.token,
+                index=tuple(index),
+            )
+        if result.array.dtype != source.dtype:
+            result.array = result.array.astype(source.dtype)
+
+    async def read_stored(
+        self,
+        source: ChunkSource,
+        index: ChunkIndex,
+        run: Callable[[ChunkIndex], Coroutine[Any, Any, np.ndarray]],
+    ) -> np.ndarray | None:
+        """Chunk ``index``'s stored bytes (``await run(index)``), or None when the store
+        lacks the chunk (the read that decodes it will fill or raise); counted as a read of
+        those bytes, nothing decoded."""
+        retry_counter.set(self._count_retry)
+        read_services.set(self.services)
+        t0 = time.perf_counter()
+        self.stats.count("reads")
+        try:
+            stored = await run(tuple(index))
+        except MissingChunkError:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise self._failed(source, index, exc) from exc
+        self._record(source, t0, stored.nbytes, 0)
+        return stored
 
     # -- the common steps --------------------------------------------------------------------
     def _fill(
@@ -140,7 +263,7 @@ class CheckedReader:
             index=tuple(index),
         )
 
-    def _record(self, source: ChunkSource, t0: float, encoded: int, array: np.ndarray) -> None:
+    def _record(self, source: ChunkSource, t0: float, encoded: int, decoded: int) -> None:
         elapsed = time.perf_counter() - t0
         kind = "async" if source.is_async else "sync"
         if kind in self._measured:
@@ -148,12 +271,21 @@ class CheckedReader:
         else:  # the first read replaces the guess: a 100 ms store is known at once
             self._measured.add(kind)
             self.latency[kind] = elapsed
-        self.stats.record_read(encoded, array.nbytes, elapsed)
+        self.stats.record_read(encoded, decoded, elapsed)
 
     def slab_latency(self, source: ChunkSource, nchunks: int, concurrency: int) -> float:
         """Expected seconds to read ``nchunks`` chunks of ``source`` ``concurrency`` at a time."""
         kind = "async" if source.is_async else "sync"
         return self.latency[kind] * math.ceil(nchunks / max(1, concurrency))
+
+
+class _Filled:
+    """A part of an absent chunk, filled (nothing moved, nothing decoded)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.moved = 0
+        self.decoded = 0
 
 
 def _checked(source: ChunkSource, index: ChunkIndex, array: np.ndarray) -> np.ndarray:

@@ -127,18 +127,24 @@ def _plan_array(idx: np.ndarray, clen: int) -> DimPlan:
     return DimPlan(tuple(pieces), len(uniq), reorder, False)
 
 
-def plan_selection(
-    key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
-) -> SelectionPlan:
-    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``."""
+def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
+    """``key`` as a tuple of one indexer per dimension (an Ellipsis expanded, padded with
+    whole slices)."""
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
         i = next(i for i, k in enumerate(key) if k is Ellipsis)
-        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1 :]
-    if len(key) > len(shape):
-        raise IndexingError(f"too many indices ({len(key)}) for an array of {len(shape)} dims")
-    key = key + (slice(None),) * (len(shape) - len(key))
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1 :]
+    if len(key) > ndim:
+        raise IndexingError(f"too many indices ({len(key)}) for an array of {ndim} dims")
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def plan_selection(
+    key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> SelectionPlan:
+    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``."""
+    key = normalize_key(key, len(shape))
     dims = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
         if isinstance(k, (int, np.integer)) and not isinstance(k, bool):

@@ -3,16 +3,28 @@
 - *momentum*: the last reads moved along one axis in one direction -> read ahead along it.
   Depth (in elements) = velocity x (2 x fetch latency of one slab + 0.1 s) + one chunk,
   bounded by half the cache headroom and by ``max_slabs`` (or 16 chunks, for small slabs).
+  When the views read parts of chunks (frames of deep blosc chunks, see :mod:`.parts`), the
+  guesses are the next *views* -- the same selection moved on by the last step, as parts --
+  so only what play will show is decoded ahead (at most ``max_views`` views), while the
+  chunks of the slabs ahead are only read ahead as stored bytes (remote stores) or hinted to
+  the disk (local files).
 - *neighbourhood*: the view moved along two or more axes (pan / zoom) -> a ring of one chunk
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
 
-A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing what to fetch is a pure
-function (:func:`momentum_targets`, :func:`ring_targets`) that the tests call directly.
+Every guess must be earned (:mod:`.guesses`): each policy of each source has an allowance
+that grows with the guesses readers used and halves when they go unused, so on access
+without a pattern (random jumps) the prefetcher falls silent, and comes back on a steady
+pattern (:func:`steady_steps`).
+
+A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing
+what to fetch is a pure function (:func:`momentum_targets`, :func:`ring_targets`,
+:func:`shifted_keys`) that the tests call directly.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import threading
@@ -22,10 +34,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
-from .planning import SelectionPlan
+from .guesses import Guesses
+from .parts import STORED, part_boxes
+from .planning import SelectionPlan, normalize_key, plan_selection
 from .types import ChunkKey, Priority
+
+#: equal steps the same way that make a pattern steady: one guess is always allowed then,
+#: and a whole view's worth (or slab's) after one more
+STEADY = 3
+#: the allowance each policy starts with (momentum earns its own; a pan is a clear signal)
+INITIAL_ALLOWANCE = {"momentum": 0, "neighbourhood": 64}
 
 
 class PrefetchHost(Protocol):
@@ -41,6 +63,10 @@ class PrefetchHost(Protocol):
 
     def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None: ...
 
+    def guesses_used(self, token: str) -> int: ...
+
+    def guess_unused(self, key: ChunkKey) -> bool: ...
+
     def request(
         self,
         source: ChunkSource,
@@ -49,6 +75,7 @@ class PrefetchHost(Protocol):
         *,
         channel: str | None = ...,
         generation: int | None = ...,
+        boxes: list[Any] | None = ...,
     ) -> list[Any]: ...
 
 
@@ -57,6 +84,15 @@ class Observation:
     time: float
     lo: tuple[int, ...]  # first element selected along each axis
     ranges: tuple[tuple[int, int], ...]  # first/last chunk touched along each axis
+    extent: tuple[int, ...] = ()  # elements selected along each axis (the view's size)
+
+
+def similar_views(a: Observation, b: Observation) -> bool:
+    """Whether two views are about the same size (a pan or a zoom step, not a jump from
+    one kind of view to another, such as a frame to a pixel's profile)."""
+    if not a.extent or not b.extent:
+        return True
+    return all(max(x, y) <= 2 * max(1, min(x, y)) for x, y in zip(a.extent, b.extent))
 
 
 def momentum_targets(
@@ -126,11 +162,75 @@ def ring_targets(obs: Observation, axes: Iterable[int], grid: tuple[int, ...]) -
     ]
 
 
+def _hashable(key: tuple[object, ...]) -> tuple[object, ...] | None:
+    """``key`` as a dictionary key (slices as triples), or None when it holds an array."""
+    out: list[object] = []
+    for k in key:
+        if isinstance(k, slice):
+            out.append(("slice", k.start, k.stop, k.step))
+        elif isinstance(k, (int, np.integer)):
+            out.append(int(k))
+        else:
+            return None
+    return tuple(out)
+
+
+def steady_steps(history: list[Observation]) -> int:
+    """How many of the last moves were the same step, give or take a factor of two, the same
+    way along one axis (random jumps rarely make two; play and scans make them all)."""
+    if len(history) < 2:
+        return 0
+    last = [y - x for x, y in zip(history[-2].lo, history[-1].lo)]
+    moved = [i for i, d in enumerate(last) if d]
+    if len(moved) != 1:
+        return 0
+    axis = moved[0]
+    ref = abs(last[axis])
+    n = 0
+    for a, b in zip(reversed(history[:-1]), reversed(history[1:])):
+        d = [y - x for x, y in zip(a.lo, b.lo)]
+        if any(v for i, v in enumerate(d) if i != axis) or d[axis] * last[axis] <= 0:
+            break
+        if not ref / 2 <= abs(d[axis]) <= 2 * ref:
+            break
+        n += 1
+    return n
+
+
+def shifted_keys(
+    key: tuple[object, ...], shape: tuple[int, ...], axis: int, step: int, n: int
+) -> list[tuple[object, ...]]:
+    """The selection ``key`` moved on by ``step``, ``2 step``, ... ``n step`` along ``axis``
+    (the views play will show next), as long as they stay inside the array; empty when the
+    indexer on ``axis`` cannot move (an index array, a negative step)."""
+    key = normalize_key(key, len(shape))
+    k = key[axis]
+    size = shape[axis]
+    out = []
+    for i in range(1, n + 1):
+        d = step * i
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            pos = int(k) + (size if int(k) < 0 else 0) + d
+            if not 0 <= pos < size:
+                break
+            moved: object = pos
+        elif isinstance(k, slice):
+            start, stop, stride = k.indices(size)
+            if stride <= 0 or not (0 <= start + d and stop + d <= size):
+                break
+            moved = slice(start + d, stop + d, stride)
+        else:
+            break
+        out.append(key[:axis] + (moved,) + key[axis + 1 :])
+    return out
+
+
 class Prefetcher:
     """Watches VISIBLE reads per source and queues SPECULATIVE ones."""
 
     max_slabs = 4
     min_chunks_ahead = 16
+    max_views = 16
 
     def __init__(self, engine: PrefetchHost) -> None:
         self._engine = engine
@@ -139,15 +239,35 @@ class Prefetcher:
         self._mode: dict[str, tuple[object, ...]] = {}
         self._gen_for: dict[str, int] = {}
         self._generation = itertools.count()
+        self._guesses: dict[tuple[str, str], Guesses] = {}
+        #: per source, the plans of views read ahead lately (a view is planned once)
+        self._plans: dict[str, collections.OrderedDict[Any, tuple[list, list]]] = {}
         self.last_policy: dict[str, str] = {}
 
+    def following(self, source: ChunkSource) -> bool:
+        """Whether the views of ``source`` move along a pattern the prefetcher follows."""
+        return self._mode.get(source.token, ("none",))[0] == "momentum"
+
+    def guesses(self, source: ChunkSource, policy: str) -> Guesses:
+        """The record of ``source``'s guesses under ``policy`` ("momentum", "neighbourhood")."""
+        with self._lock:
+            found = self._guesses.get((source.token, policy))
+            if found is None:
+                found = self._guesses[(source.token, policy)] = Guesses(INITIAL_ALLOWANCE[policy])
+            return found
+
     def observe(
-        self, source: ChunkSource, plan: SelectionPlan, one_pass: bool = False
+        self,
+        source: ChunkSource,
+        plan: SelectionPlan,
+        one_pass: bool = False,
+        key: tuple[object, ...] | None = None,
     ) -> list[ChunkIndex]:
         """Record a read and queue what the access pattern predicts; returns it.
 
         ``one_pass``: the reader reads each chunk once (dask tasks), so chunks that one-pass
-        readers already took are not read ahead again.
+        readers already took are not read ahead again. ``key``: the selection read (its next
+        views are read ahead as parts when it read parts of chunks).
         """
         policy = source.options.prefetch
         if policy == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
@@ -157,7 +277,7 @@ class Prefetcher:
             ci, sel, _ = d.pieces[0]
             first = sel.start if isinstance(sel, slice) else int(sel[0])
             lo.append(ci * clen + first)
-        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges())
+        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges(), plan.block_shape)
         with self._lock:
             hist = self._history.setdefault(source.token, deque(maxlen=8))
             if hist and hist[-1].lo == obs.lo:
@@ -165,34 +285,17 @@ class Prefetcher:
             hist.append(obs)
             history = list(hist)
         engine = self._engine
-        grid = source.grid_shape
-        per_chunk = max(1, source.chunk_nbytes())
-        slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
-        slab_latency = engine.slab_latency(source, slab)
-        targets: list[ChunkIndex] = []
-        mode: tuple[object, ...] = ("none",)
-        if policy in ("auto", "momentum"):
-            # small slabs (one chunk per dask task) may run further ahead: up to 16 chunks
-            most = max(self.max_slabs, math.ceil(self.min_chunks_ahead / slab))
-            found = momentum_targets(history, grid, source.chunks, slab_latency, most)
-            if found is not None:
-                axis, direction, targets = found
-                mode = ("momentum", axis, direction)
-        if not targets and policy in ("auto", "neighbourhood") and len(history) >= 2:
-            moved = [k for k, (x, y) in enumerate(zip(history[-2].lo, obs.lo)) if x != y]
-            if len(moved) >= 2:
-                targets = ring_targets(obs, moved, grid)
-                mode = ("neighbourhood", tuple(moved))
-        if not targets:
+        used, unused = engine.guesses_used(source.token), engine.guess_unused
+        for name in INITIAL_ALLOWANCE:
+            self.guesses(source, name).settle(used, unused)
+        found = self._targets(source, policy, history, plan, key)
+        if found is None:
             return []
-        cache = engine.cache
-        room = max(0, cache.headroom // 2) // per_chunk
-        todo = [
-            t for t in targets
-            if (key := engine.key(source, t)) not in cache
-            and not (one_pass and engine.recently_consumed(key))
-        ][:room]
-        if not todo:
+        mode, targets, views, steady = found
+        track = self.guesses(source, str(mode[0]))
+        room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
+        keys, indices, boxes = self._select(source, track, targets, views, one_pass, room)
+        if not keys:
             return []
         with self._lock:
             if self._mode.get(source.token) != mode:
@@ -200,8 +303,119 @@ class Prefetcher:
                 self._gen_for[source.token] = next(self._generation)
             gen = self._gen_for.get(source.token, 0)
             self.last_policy[source.token] = str(mode[0])
-        engine.advise(source, todo)  # the disk can start on all of them; reads go a few at a time
+        track.made(keys)
+        if views is None:
+            engine.advise(source, indices)  # the disk can start on all of them
+        elif not source.is_async:  # local files: this slab's and the next's, to the page cache
+            here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
+            engine.advise(source, here + targets[: len(here)])
         engine.request(
-            source, todo, Priority.SPECULATIVE, channel=f"prefetch:{source.token}", generation=gen
+            source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
+            generation=gen, boxes=boxes if views is not None else None,
         )
-        return todo
+        return indices
+
+    def _targets(
+        self,
+        source: ChunkSource,
+        policy: str,
+        history: list[Observation],
+        plan: SelectionPlan,
+        key: tuple[object, ...] | None,
+    ) -> tuple[tuple[object, ...], list[ChunkIndex], list[tuple[list, list]] | None, int] | None:
+        """What the pattern predicts: ``(mode, chunk targets, views as (indices, boxes) or
+        None, the guesses a steady pattern may always make)``, or None."""
+        grid = source.grid_shape
+        obs = history[-1]
+        slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
+        if policy in ("auto", "momentum"):
+            # small slabs (one chunk per dask task) may run further ahead: up to 16 chunks
+            most = max(self.max_slabs, math.ceil(self.min_chunks_ahead / slab))
+            slab_latency = self._engine.slab_latency(source, slab)
+            found = momentum_targets(history, grid, source.chunks, slab_latency, most)
+            if found is not None:
+                axis, direction, targets = found
+                run = steady_steps(history)
+                steady = 0 if run < STEADY else (1 if run == STEADY else slab)
+                views = None
+                if key is not None and part_boxes(plan, source) is not None:
+                    views = self._views(source, key, history, axis, slab_latency)
+                if targets or views:
+                    return ("momentum", axis, direction), targets, views, steady
+        if policy in ("auto", "neighbourhood") and len(history) >= 2:
+            moved = [k for k, (x, y) in enumerate(zip(history[-2].lo, obs.lo)) if x != y]
+            if len(moved) >= 2 and similar_views(history[-2], obs):
+                targets = ring_targets(obs, moved, grid)
+                if targets:
+                    steady = int(len(history) >= 3 and len(
+                        [k for k, (x, y) in enumerate(zip(history[-3].lo, history[-2].lo)) if x != y]
+                    ) >= 2)
+                    return ("neighbourhood", tuple(moved)), targets, None, steady
+        return None
+
+    def _views(
+        self,
+        source: ChunkSource,
+        key: tuple[object, ...],
+        history: list[Observation],
+        axis: int,
+        latency: float,
+    ) -> list[tuple[list, list]]:
+        """The next views along ``axis`` as ``(indices, boxes)``, as many as the velocity
+        needs over ``2 x latency + 0.1 s`` (at least one, at most ``max_views``)."""
+        step = history[-1].lo[axis] - history[-2].lo[axis]
+        dt = max(history[-1].time - history[-2].time, 1e-3)
+        n = max(1, min(self.max_views, math.ceil((2 * latency + 0.1) / dt)))
+        out = []
+        memo = self._plans.setdefault(source.token, collections.OrderedDict())
+        for moved in shifted_keys(key, source.shape, axis, step, n):
+            name = _hashable(moved)
+            found = memo.get(name) if name is not None else None
+            if found is None:
+                plan = plan_selection(moved, source.shape, source.chunks)
+                indices = list(plan.chunk_indices())
+                found = (indices, part_boxes(plan, source) or [None] * len(indices))
+                if name is not None:
+                    memo[name] = found
+                    if len(memo) > 4 * self.max_views:
+                        memo.popitem(last=False)
+            out.append(found)
+        return out
+
+    def _select(
+        self,
+        source: ChunkSource,
+        track: Guesses,
+        targets: list[ChunkIndex],
+        views: list[tuple[list, list]] | None,
+        one_pass: bool,
+        room: int,
+    ) -> tuple[list[ChunkKey], list[ChunkIndex], list[Any]]:
+        """The guesses to make now: at most ``room``, none cached or already guessed."""
+        engine, cache = self._engine, self._engine.cache
+        token = source.token
+        if views is None:
+            wanted: list[tuple[ChunkIndex, Any]] = [(t, None) for t in targets]
+        else:  # the next views as parts; the slabs ahead only as stored bytes (remote)
+            wanted = [pair for indices, boxes in views for pair in zip(indices, boxes)]
+            if source.is_async:
+                wanted += [(t, STORED) for t in targets if not cache.has_encoded((token, t))]
+        named = [((token, tuple(i)) if b is None else (token, tuple(i), b), i, b) for i, b in wanted]
+        fresh = set(track.fresh([k for k, _, _ in named]))  # not guessed already (one lock)
+        keys: list[ChunkKey] = []
+        indices: list[ChunkIndex] = []
+        boxes: list[Any] = []
+        for key, index, box in named:
+            if len(keys) >= room:
+                break
+            if key not in fresh:
+                continue
+            whole = key[:2]
+            if whole in cache or (box is not None and key in cache):
+                continue
+            if one_pass and engine.recently_consumed(whole):
+                continue
+            keys.append(key)
+            indices.append(index)
+            boxes.append(box)
+        return keys, indices, boxes

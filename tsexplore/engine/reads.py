@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkIndex, ChunkSource
@@ -33,6 +34,8 @@ from .types import ChunkKey, Priority
 KINDS = ("sync", "async")
 #: seconds the prefetch runs at full speed after a reader caught up with it
 CATCH_UP_SECONDS = 2.0
+#: the read slot a part of a local chunk takes (see ``Read.cost``)
+PART_COST = 0.25
 
 Owner = tuple[str, int]
 
@@ -55,6 +58,9 @@ class Read:
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
     group: Hashable | None = None  # reads with the same group may run as one batch
     companion: bool = False  # rides in another read's batch (holds no slot)
+    #: the share of a read slot it takes: a part of a local chunk decodes a few blocks, so
+    #: several run where one whole chunk would (batched on one read thread)
+    cost: float = 1.0
 
     @property
     def kind(self) -> str:
@@ -69,6 +75,7 @@ class Tally:
     misses: int = 0
     joined: int = 0
     prefetch_reads: int = 0
+    speculative_reads: int = 0
     prefetch_used: int = 0
     new: int = 0
 
@@ -77,6 +84,7 @@ class Tally:
         pairs = (
             ("hits", self.hits), ("misses", self.misses), ("joined", self.joined),
             ("prefetch_reads", self.prefetch_reads), ("prefetch_used", self.prefetch_used),
+            ("speculative_reads", self.speculative_reads),
         )
         return [(name, n) for name, n in pairs if n]
 
@@ -87,15 +95,21 @@ class ReadTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._reads: dict[ChunkKey, Read] = {}
-        self._heap: list[tuple[int, int, Read]] = []
+        #: queued reads by kind, each a heap ordered by (priority, arrival)
+        self._heaps: dict[str, list[tuple[int, int, Read]]] = {k: [] for k in KINDS}
         self._seq = itertools.count()
         self._generations: dict[str, int] = {}
         #: queued reads by (source token, coalesce key), for batches
         self._groups: dict[tuple[str, Hashable], list[Read]] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
         self.prefetched: set[ChunkKey] = set()
+        #: per source token, how many of its prefetched chunks a reader used
+        self.used_by_token: dict[str, int] = {}
         self.running = dict.fromkeys(KINDS, 0)
         self.spec_running = dict.fromkeys(KINDS, 0)
+        #: read slots taken, per kind (a read takes ``Read.cost`` of one)
+        self.load = dict.fromkeys(KINDS, 0.0)
+        self.spec_load = dict.fromkeys(KINDS, 0.0)
         #: until then the reader is catching up with the prefetch (it may run at full speed)
         self.catching_up_until = 0.0
 
@@ -192,24 +206,27 @@ class ReadTable:
             tally.joined += 1
             if key in self.prefetched:
                 self.prefetched.discard(key)
+                self._used_locked(key)
                 tally.prefetch_used += 1
         if priority < read.priority:
             read.priority = priority
             if read.state == "queued":
-                heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+                heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
 
     def _queue_locked(
         self, source: ChunkSource, key: ChunkKey, priority: Priority, cache: bool, tally: Tally
     ) -> Read:
         read = Read(key, source, key[1], priority)
+        if len(key) == 3 and key[2] != "stored" and not source.is_async:
+            read.cost = PART_COST
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
-        if source.coalesces:
+        if source.coalesces and len(key) == 2:  # whole chunks: parts and stored bytes run alone
             read.group = source.coalesce_key(read.index)
             if read.group is not None:
                 self._groups.setdefault((key[0], read.group), []).append(read)
         self._reads[key] = read
-        heapq.heappush(self._heap, (int(priority), next(self._seq), read))
+        heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
         tally.new += 1
         if priority is Priority.VISIBLE:
             tally.misses += 1
@@ -217,7 +234,14 @@ class ReadTable:
             tally.prefetch_reads += 1
             if priority is Priority.SPECULATIVE:
                 self.prefetched.add(key)
+                tally.speculative_reads += 1
         return read
+
+    def get(self, key: ChunkKey) -> Read | None:
+        """The read of ``key`` queued or running, or None."""
+        with self.lock:
+            read = self._reads.get(key)
+            return read if read is not None and read.state in ("queued", "running") else None
 
     def take_prefetched(self, key: ChunkKey) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
@@ -227,39 +251,38 @@ class ReadTable:
             if key not in self.prefetched:
                 return False
             self.prefetched.discard(key)
+            self._used_locked(key)
             return True
+
+    def _used_locked(self, key: ChunkKey) -> None:
+        token = key[0]
+        self.used_by_token[token] = self.used_by_token.get(token, 0) + 1
 
     # -- dispatch ----------------------------------------------------------------------------
     def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[list[Read]]:
         """Pop the reads that may start now (highest priority first) and mark them running;
         each comes with its companions (see the module docstring): a list of batches."""
         out: list[list[Read]] = []
+        load, spec_load = self.load, self.spec_load
         with self.lock:
-            deferred = []
-            while self._heap:
-                full = {k for k in KINDS if self.running[k] >= limit[k]}
-                if len(full) == len(KINDS):
-                    break
-                prio, seq, read = heapq.heappop(self._heap)
-                if read.state != "queued" or prio != int(read.priority):
-                    continue  # cancelled, or queued again at a higher priority
-                kind = read.kind
-                speculative = read.priority is Priority.SPECULATIVE
-                if kind in full or (speculative and self.spec_running[kind] >= spec_limit[kind]):
-                    deferred.append((prio, seq, read))
-                    if speculative and all(
-                        k in full or self.spec_running[k] >= spec_limit[k] for k in KINDS
-                    ):
+            for kind, heap in self._heaps.items():
+                while heap and load[kind] < limit[kind]:
+                    prio, _, read = heap[0]
+                    if read.state != "queued" or prio != int(read.priority):
+                        heapq.heappop(heap)  # cancelled, or queued again at a higher priority
+                        continue
+                    speculative = read.priority is Priority.SPECULATIVE
+                    if speculative and spec_load[kind] >= spec_limit[kind]:
                         break  # the heap is ordered: only prefetch reads remain
-                    continue
-                read.state = "running"
-                self.running[kind] += 1
-                if speculative:
-                    read.speculative_slot = True
-                    self.spec_running[kind] += 1
-                out.append(self._batch_locked(read))
-            for item in deferred:
-                heapq.heappush(self._heap, item)
+                    heapq.heappop(heap)
+                    read.state = "running"
+                    self.running[kind] += 1
+                    load[kind] += read.cost
+                    if speculative:
+                        read.speculative_slot = True
+                        self.spec_running[kind] += 1
+                        spec_load[kind] += read.cost
+                    out.append(self._batch_locked(read))
         return out
 
     def _batch_locked(self, head: Read) -> list[Read]:
@@ -297,12 +320,26 @@ class ReadTable:
                 read.state = "done"
                 return
             self.running[kind] -= 1
+            self.load[kind] = max(0.0, self.load[kind] - read.cost)
             if read.speculative_slot:
                 self.spec_running[kind] -= 1
+                self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
                 read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
             read.state = "done"
+
+    def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
+        """:meth:`finish` ``read`` and hand its waiters ``result`` or ``exc`` (from any thread;
+        a future the closing engine already failed stays failed)."""
+        self.finish(read)
+        try:
+            if exc is not None:
+                read.future.set_exception(exc)
+            else:
+                read.future.set_result(result)
+        except cf.InvalidStateError:
+            pass
 
     # -- introspection and shutdown ----------------------------------------------------------
     def queued(self) -> dict[str, int]:
@@ -326,6 +363,7 @@ class ReadTable:
         with self.lock:
             reads = list(self._reads.values())
             self._reads.clear()
-            self._heap.clear()
+            for heap in self._heaps.values():
+                heap.clear()
             self._groups.clear()
         return reads

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures as cf
 import os
 import threading
@@ -38,19 +37,19 @@ from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
 from .checked import CheckedReader
+from .hints import ReadAheadMemory
 from .loop import IOLoop, apply_switch_interval
+from .parts import STORED, Box, PartReads
 from .prefetch import Prefetcher
-from .reads import KINDS, Read, ReadTable, Tally
+from .reads import CATCH_UP_SECONDS, KINDS, PART_COST, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import ChunkKey, Priority
 
-#: chunks taken by one-pass readers that the prefetcher remembers not to read again
-CONSUMED_MEMORY = 4096
-#: read-ahead hints remembered (not repeated) per process
-ADVISED_MEMORY = 8192
+#: parts of local chunks one read thread reads in a row (one read slot's worth)
+PART_BATCH = round(1 / PART_COST)
 
 
-class Engine(BlockingReads):
+class Engine(BlockingReads, ReadAheadMemory):
     """Everything that moves chunks. One per process; see :func:`get_engine`."""
 
     def __init__(self, cache_bytes: int | None = None) -> None:
@@ -64,9 +63,11 @@ class Engine(BlockingReads):
         self._reader = CheckedReader(
             self.stats, self.absent, ReadServices(self.stats.count, self.cache.get, self.cache.put)
         )
-        self._lock = threading.Lock()  # the two memories below
-        self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
-        self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+        self._parts = PartReads(
+            self.cache, self._reader, self.stats, self._table,
+            following=lambda source: self.prefetcher.following(source),
+        )
+        ReadAheadMemory.__init__(self)
         self._ev_seen = 0
         self._closed = False
         self._io_threads = settings.io_threads
@@ -113,6 +114,7 @@ class Engine(BlockingReads):
         channel: str | None = None,
         generation: int | None = None,
         cache: bool = True,
+        boxes: list[Box | None] | None = None,
     ) -> list[cf.Future]:
         """Ask for chunks; returns one future per index, resolved with the decoded chunk.
 
@@ -123,7 +125,8 @@ class Engine(BlockingReads):
         """
         out = []
         for item in self.request_mixed(
-            source, indices, priority, channel=channel, generation=generation, cache=cache
+            source, indices, priority, channel=channel, generation=generation, cache=cache,
+            boxes=boxes,
         ):
             if not isinstance(item, cf.Future):
                 fut: cf.Future = cf.Future()
@@ -141,12 +144,18 @@ class Engine(BlockingReads):
         channel: str | None = None,
         generation: int | None = None,
         cache: bool = True,
+        boxes: list[Box | None] | None = None,
     ) -> list[np.ndarray | cf.Future]:
         """Like :meth:`request`, but cached chunks come back as arrays (the fast path).
 
         ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
         kept (unless another request wants it kept), so a scan does not fill the cache with
         chunks nobody reads again -- and reuses freed memory instead of faulting in new pages.
+
+        ``boxes`` (one per index, from :func:`~.parts.part_boxes`): a box asks for only that
+        part of the chunk (its values come back box-shaped, or as the whole chunk when that is
+        cached: see :func:`~.parts.is_part`). Parts a reader asks for are one-pass; parts the
+        prefetcher asks for are kept until a reader takes them.
         """
         self._check_open()
         token = source.token
@@ -157,15 +166,36 @@ class Engine(BlockingReads):
             if cancelled:
                 self.stats.count("cancelled", cancelled)
         found = self.cache.get_many(keys)
+        if boxes is not None:
+            self._part_keys(keys, found, boxes)
         tally = Tally()
         missing = [k for k, v in zip(keys, found) if v is None]
-        reads = self._table.admit(source, missing, priority, owner, cache, tally) if missing else {}
+        reads: dict[ChunkKey, Read] = {}
+        if missing:
+            whole = [k for k in missing if len(k) == 2]
+            parts = [k for k in missing if len(k) == 3]
+            if whole:
+                reads.update(self._table.admit(source, whole, priority, owner, cache, tally))
+            if parts:  # kept only when read ahead
+                keep = priority is Priority.SPECULATIVE
+                reads.update(self._table.admit(source, parts, priority, owner, keep, tally))
         out = self._answer(keys, found, reads, priority, cache, tally)
         for name, n in tally.items():
             self.stats.count(name, n)
         if tally.new or tally.joined:
             self._io.call_soon(self._dispatch)
         return out
+
+    def _part_keys(self, keys: list[ChunkKey], found: list[Any], boxes: list[Box | None]) -> None:
+        """Where a box is asked for and its whole chunk is not cached, ask for the part
+        (``keys`` and ``found`` are changed in place)."""
+        at = [i for i, (v, b) in enumerate(zip(found, boxes)) if v is None and b is not None]
+        if not at:
+            return
+        part_keys = [(*keys[i], boxes[i]) for i in at]
+        for i, key, value in zip(at, part_keys, self.cache.get_many(part_keys)):
+            keys[i] = key
+            found[i] = value
 
     def _answer(
         self,
@@ -190,13 +220,19 @@ class Engine(BlockingReads):
                 tally.hits += 1
                 if prefetched and key in prefetched and self._table.take_prefetched(key):
                     tally.prefetch_used += 1
-                    if not cache:
+                    if not cache or len(key) == 3:
                         consumed.append(key)
+        if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
+            self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
         if waiting and not cache:  # a one-pass reader will not ask again: do not read ahead
             self._note_consumed(keys)
         return out
+
+    def count_useful(self, nbytes: int) -> None:
+        """``nbytes`` were handed to a reader (the ``decoded_ratio``'s denominator)."""
+        self.stats.count("bytes_useful", nbytes)
 
     def cancel(self, channel: str, generation: int | None = None) -> int:
         """Cancel queued reads that only generations of ``channel`` older than ``generation``
@@ -209,45 +245,6 @@ class Engine(BlockingReads):
         if n:
             self.stats.count("cancelled", n)
         return n
-
-    # -- read-ahead hints and one-pass memory ------------------------------------------------
-    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
-        """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
-        if self._closed:
-            return
-        token = source.token
-        fresh = []
-        with self._lock:
-            for index in indices:
-                key = (token, tuple(index))
-                if key in self._advised:
-                    continue
-                self._advised[key] = None
-                fresh.append(key)
-            while len(self._advised) > ADVISED_MEMORY:
-                self._advised.popitem(last=False)
-        todo = [k[1] for k in fresh if k not in self.cache]
-        if not todo:
-            return
-        if self._io.on_loop_thread():
-            # on the I/O loop (the prefetcher after a cached read): the hint's system calls
-            # must not hold up dispatching, so a read thread passes it on
-            self._io.submit(_advise_quietly, source, todo)
-        else:
-            _advise_quietly(source, todo)
-
-    def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
-        """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
-        with self._lock:
-            for key in keys:
-                self._consumed[key] = None
-                self._consumed.move_to_end(key)
-            while len(self._consumed) > CONSUMED_MEMORY:
-                self._consumed.popitem(last=False)
-
-    def recently_consumed(self, key: ChunkKey) -> bool:
-        """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
-        return key in self._consumed
 
     # -- dispatch (runs on the loop) ---------------------------------------------------------
     def concurrency(self, kind: str) -> int:
@@ -278,30 +275,79 @@ class Engine(BlockingReads):
     def _dispatch(self) -> None:
         limit = {k: self.concurrency(k) for k in KINDS}
         spec = {k: self.speculative_cap(k) for k in KINDS}
+        parts: list[Read] = []
+        guesses: list[Read] = []
         create_task = self._io.loop.create_task
         for batch in self._table.take_runnable(limit, spec):
-            if len(batch) == 1:
-                read = batch[0]
+            read = batch[0]
+            if len(batch) > 1:  # inner chunks of one shard: one ranged read, checked one by one
+                self.stats.count("batched", len(batch))
+                pending = read.source.read_chunks_counted([r.index for r in batch])
+                for member, awaitable in zip(batch, pending):
+                    member.task = create_task(self._run_read(member, awaitable))
+            elif read.cost < 1:  # a part of a local chunk: batched on the read threads
+                (guesses if read.priority is Priority.SPECULATIVE else parts).append(read)
+            else:
                 read.task = create_task(self._run_read(read))
-                continue
-            self.stats.count("batched", len(batch))
-            pending = batch[0].source.read_chunks_counted([r.index for r in batch])
-            for read, awaitable in zip(batch, pending):
-                read.task = create_task(self._run_read(read, awaitable))
+        if parts:  # what readers wait for: spread over the threads
+            n = min(len(parts), self._io_threads)
+            for k in range(n):
+                self._io.submit(self._run_parts, parts[k::n])
+        for k in range(0, len(guesses), PART_BATCH):  # guesses: one slot's worth per thread
+            self._io.submit(self._run_parts, guesses[k : k + PART_BATCH])
+
+    def _run_parts(self, reads: list[Read]) -> None:
+        """Read parts of local chunks, their disk reads together (on a read thread)."""
+        by_source: dict[str, list[Read]] = {}
+        for read in reads:
+            by_source.setdefault(read.source.token, []).append(read)
+        for group in by_source.values():
+            try:
+                results = self._parts.read_batch(group[0].source, [(r.index, r.key[2]) for r in group])
+            except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiters
+                results = [exc] * len(group)
+            for read, array in zip(group, results):
+                if isinstance(array, BaseException):
+                    self._table.settle(read, exc=array)
+                    continue
+                if not (read.keep and self.cache.put(read.key, array)):
+                    self._table.prefetched.discard(read.key)
+                self._table.settle(read, result=array)
+        self._io.call_soon(self._dispatch)
 
     async def _run_read(self, read: Read, pending: Any = None) -> None:
+        array: np.ndarray | None
         try:
-            array = await self._reader.read(read.source, read.index, pending)
+            if pending is not None:  # one of a batch: its bytes come with the others'
+                array = await self._reader.read(read.source, read.index, pending)
+            else:
+                array = await self._read(read)
         except asyncio.CancelledError:
             self._finish(read, exc=EngineClosedError("engine closed during the read"))
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiter
             self._finish(read, exc=exc)
             return
-        kept = self.cache.put(read.key, array) if read.keep else False
-        if not kept:
+        if array is None:  # stored bytes read ahead: they went to the encoded tier
+            self._table.prefetched.discard(read.key)
+        elif not (self.cache.put(read.key, array) if read.keep else False):
             self._table.prefetched.discard(read.key)
         self._finish(read, result=array)
+
+    async def _read(self, read: Read) -> np.ndarray | None:
+        """Run one read: a whole chunk (decoded from stored bytes the cache holds, when it
+        does), a part of one, or a chunk's stored bytes."""
+        key = read.key
+        if len(key) == 3:
+            if key[2] == STORED:
+                await self._parts.read_stored(read.source, read.index)
+                return None
+            return await self._parts.read(read.source, read.index, key[2])
+        if self.cache.encoded_entries:
+            array = await self._parts.read_whole(read.source, read.index)
+            if array is not None:
+                return array
+        return await self._reader.read(read.source, read.index)
 
     def _finish(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
         self._table.finish(read)
@@ -337,6 +383,12 @@ class Engine(BlockingReads):
     def in_flight_keys(self) -> set[ChunkKey]:
         return self._table.in_flight_keys()
 
+    def cached_indices(self, token: str) -> set[ChunkIndex]:
+        """Chunks of source ``token`` the cache holds something of: the decoded chunk, a
+        decoded part, its stored frame or its blosc head (reading it again reads less)."""
+        keys = self.cache.keys() + self.cache.encoded_keys()
+        return {k[1] for k in keys if isinstance(k, tuple) and len(k) >= 2 and k[0] == token}
+
     def snapshot(self) -> StatsSnapshot:
         cache = self.cache
         running = self._table.running
@@ -352,6 +404,8 @@ class Engine(BlockingReads):
             cache_budget=cache.budget,
             cache_high_water=cache.high_water,
             cache_chunks=len(cache),
+            cache_encoded_bytes=cache.encoded_bytes,
+            cache_encoded_entries=cache.encoded_entries,
             pinned_bytes=cache.pinned_bytes,
         )
 
@@ -377,13 +431,6 @@ class Engine(BlockingReads):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"<Engine {state} {self.cache!r}>"
-
-
-def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:
-    try:
-        source.advise(indices)
-    except Exception:  # noqa: BLE001 - a hint must never fail a read
-        pass
 
 
 # -- the process-wide engine: started on first use, forgotten in a forked child, closed at exit

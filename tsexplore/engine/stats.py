@@ -6,12 +6,20 @@ Definitions (they matter for the UI and the tests):
 - ``misses``: a requested chunk was neither cached nor in flight, so a read was issued for it.
 - ``joined``: a requested chunk was already being read; the request waited for that read.
 - ``prefetch_reads``: reads issued speculatively or for a plan, before anyone asked.
+- ``speculative_reads``: the prefetcher's guesses among them (SPECULATIVE reads);
+  ``prefetch_used``: guesses a reader then asked for (``prefetch_used_ratio`` = used / guesses).
 - ``reads``: every read started on a source (misses + prefetch reads + retries excluded).
 - ``store_requests``: requests made to the store for chunk bytes (whole objects or byte
   ranges; retries excluded): inner chunks read together in one range count once.
 - ``range_requests``: those of them that asked for a byte range (sharded stores).
 - ``index_reads``: shard indexes read from the store (each is then kept in the cache).
 - ``batched``: reads that ran together with others of the same shard (one batch).
+- ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
+- ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
+  (decoded there, without reading the store).
+- ``bytes_decoded``: bytes decoded (whole chunks, or the blocks of a part);
+  ``bytes_useful``: bytes handed to readers (selections, streamed chunks);
+  ``decoded_ratio`` = decoded / useful (1.0: nothing decoded in vain).
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ COUNTERS = (
     "joined",
     "reads",
     "prefetch_reads",
+    "speculative_reads",
     "prefetch_used",
+    "part_reads",
+    "encoded_hits",
     "evictions",
     "cancelled",
     "errors",
@@ -42,6 +53,7 @@ COUNTERS = (
     "batched",
     "bytes_read",
     "bytes_decoded",
+    "bytes_useful",
 )
 
 
@@ -73,7 +85,10 @@ class StatsSnapshot:
     joined: int = 0
     reads: int = 0
     prefetch_reads: int = 0
+    speculative_reads: int = 0
     prefetch_used: int = 0
+    part_reads: int = 0
+    encoded_hits: int = 0
     evictions: int = 0
     cancelled: int = 0
     errors: int = 0
@@ -85,6 +100,7 @@ class StatsSnapshot:
     batched: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
+    bytes_useful: int = 0
     read_rate: float = 0.0
     decode_rate: float = 0.0
     latency_p50: float = 0.0
@@ -97,6 +113,8 @@ class StatsSnapshot:
     cache_budget: int = 0
     cache_high_water: int = 0
     cache_chunks: int = 0
+    cache_encoded_bytes: int = 0
+    cache_encoded_entries: int = 0
     pinned_bytes: int = 0
     workers: int = 0
 
@@ -111,6 +129,16 @@ class StatsSnapshot:
         return self.hits / total if total else 0.0
 
     @property
+    def decoded_ratio(self) -> float:
+        """Bytes decoded per byte handed to readers (0 when nothing was handed out)."""
+        return self.bytes_decoded / self.bytes_useful if self.bytes_useful else 0.0
+
+    @property
+    def prefetch_used_ratio(self) -> float:
+        """Share of the prefetcher's guesses that a reader then asked for (0 when none)."""
+        return min(1.0, self.prefetch_used / self.speculative_reads) if self.speculative_reads else 0.0
+
+    @property
     def queue_depth(self) -> int:
         return sum(self.queued.values())
 
@@ -118,6 +146,8 @@ class StatsSnapshot:
         d = asdict(self)
         d["hit_ratio"] = self.hit_ratio
         d["queue_depth"] = self.queue_depth
+        d["decoded_ratio"] = self.decoded_ratio
+        d["prefetch_used_ratio"] = self.prefetch_used_ratio
         return d
 
     def __sub__(self, other: StatsSnapshot) -> StatsSnapshot:
@@ -131,18 +161,22 @@ class StatsSnapshot:
         return (
             f"<StatsSnapshot hits={self.hits} misses={self.misses} joined={self.joined} "
             f"hit_ratio={self.hit_ratio:.1%} reads={self.reads} "
-            f"prefetch={self.prefetch_reads} (used {self.prefetch_used}) "
+            f"prefetch={self.prefetch_reads} (guesses {self.speculative_reads}, used "
+            f"{self.prefetch_used}) part_reads={self.part_reads} encoded_hits={self.encoded_hits} "
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
             f"retries={self.retries}\n"
             f"  store requests={self.store_requests} (ranges {self.range_requests}, "
             f"shard indexes {self.index_reads}, batched reads {self.batched})\n"
             f"  read {self.bytes_read / mb:.1f} MB ({self.read_rate / mb:.1f} MB/s), "
-            f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s); "
+            f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s, "
+            f"{self.decoded_ratio:.2f} per useful byte); "
             f"latency p50={self.latency_p50 * 1e3:.1f} ms p95={self.latency_p95 * 1e3:.1f} ms "
             f"p99={self.latency_p99 * 1e3:.1f} ms\n"
             f"  queued [{q}] in_flight={self.in_flight}/{self.concurrency}; "
             f"cache {self.cache_bytes / mb:.1f}/{self.cache_budget / mb:.1f} MB "
-            f"(high water {self.cache_high_water / mb:.1f} MB, {self.cache_chunks} chunks)>"
+            f"(high water {self.cache_high_water / mb:.1f} MB; decoded "
+            f"{(self.cache_bytes - self.cache_encoded_bytes) / mb:.1f} MB in {self.cache_chunks}, "
+            f"encoded {self.cache_encoded_bytes / mb:.1f} MB in {self.cache_encoded_entries})>"
         )
 
 
@@ -162,7 +196,14 @@ class Stats:
         with self._lock:
             self._counts[name] += n
 
+    def count_many(self, names: tuple[str, ...]) -> None:
+        """Add one to each counter in ``names`` (one lock)."""
+        with self._lock:
+            for name in names:
+                self._counts[name] += 1
+
     def record_read(self, encoded: int, decoded: int, seconds: float) -> None:
+        """One read: ``encoded`` bytes moved from the store, ``decoded`` bytes decoded."""
         now = time.monotonic()
         with self._lock:
             self._counts["bytes_read"] += encoded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 from ..sources.base import ChunkIndex
 
@@ -15,7 +16,9 @@ class Priority(IntEnum):
     SPECULATIVE = 2
 
 
-#: a chunk's identity in the cache and the read table: (source token, chunk index)
-ChunkKey = tuple[str, ChunkIndex]
+#: a chunk's identity in the cache and the read table: ``(source token, chunk index)``, or
+#: ``(source token, chunk index, part)`` for a part of it (a box of its blosc blocks; its
+#: stored bytes): see :mod:`.parts`
+ChunkKey = tuple[Any, ...]
 
 __all__ = ["ChunkIndex", "ChunkKey", "Priority"]

@@ -10,6 +10,7 @@ source. Anything else (CF-decoded values, NumPy, dask, other backends) is wrappe
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,7 @@ class LoaderVariable:
         items = engine.request_mixed(
             self.source, list(plan.chunk_indices()), Priority.PLANNED, cache=cache
         )
+        engine.count_useful(math.prod(plan.block_shape) * self.dtype.itemsize)
         hits = sum(not isinstance(i, cf.Future) for i in items)  # cached: arrays, no wait
         return PendingRegion(plan, items, self.dtype, hits)
 

@@ -8,7 +8,8 @@ it is loaded directly (importing the ``blosc2`` Python package costs about 0.4 s
 engine's read threads decode in parallel.
 
 :func:`decoder` returns None when the library is missing or fails its self-test; callers
-then fall back to numcodecs.
+then fall back to numcodecs. :func:`item_decoder` is C-Blosc2's ``blosc2_getitem_ctx``: it
+decodes only the blocks that hold a range of items (see :mod:`.blosc_partial`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections.abc import Callable
 import numpy as np
 
 DecodeFn = Callable[[object, np.ndarray], int]
+#: ``getitem(src, start, nitems, dest_address, dest_nbytes) -> decoded bytes or < 0``
+ItemsFn = Callable[[np.ndarray, int, int, int, int], int]
 
 
 class _DParams(ctypes.Structure):
@@ -39,6 +42,7 @@ class _DParams(ctypes.Structure):
 
 _lock = threading.Lock()
 _loaded: DecodeFn | None = None
+_items: ItemsFn | None = None
 _tried = False
 
 
@@ -54,7 +58,7 @@ def _library_path() -> str | None:
     return None
 
 
-def _load() -> DecodeFn | None:
+def _load() -> tuple[DecodeFn, ItemsFn] | None:
     path = _library_path()
     if path is None:
         return None
@@ -71,11 +75,22 @@ def _load() -> DecodeFn | None:
         ctypes.c_void_p,
         ctypes.c_int32,
     ]
+    lib.blosc2_getitem_ctx.restype = ctypes.c_int
+    lib.blosc2_getitem_ctx.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+    ]
     lib.blosc2_free_ctx.restype = None
     lib.blosc2_free_ctx.argtypes = [ctypes.c_void_p]
     lib.blosc2_init()
     local = threading.local()
     run = lib.blosc2_decompress_ctx
+    getitem = lib.blosc2_getitem_ctx
 
     class Context:
         """One thread's decompression context, freed when the thread ends."""
@@ -87,23 +102,34 @@ def _load() -> DecodeFn | None:
             if self.ptr:
                 lib.blosc2_free_ctx(self.ptr)
 
-    def decode(src: object, out: np.ndarray) -> int:
-        """Decode the blosc frame ``src`` into the contiguous ``out``; the decoded size or < 0."""
+    def context() -> int:
         ctx = getattr(local, "ctx", None)
         if ctx is None:
             ctx = local.ctx = Context()  # thread-local: dropped with the thread
-        if not ctx.ptr:
-            return -1
+        return int(ctx.ptr or 0)
+
+    def decode(src: object, out: np.ndarray) -> int:
+        """Decode the blosc frame ``src`` into the contiguous ``out``; the decoded size or < 0."""
+        ptr = context()
         view = np.frombuffer(src, dtype=np.uint8)  # type: ignore[call-overload]
-        if view.size >= 1 << 31 or out.nbytes >= 1 << 31:
+        if not ptr or view.size >= 1 << 31 or out.nbytes >= 1 << 31:
             return -1
-        return int(run(ctx.ptr, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
+        return int(run(ptr, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
 
-    return decode if _self_test(decode) else None
+    def items(src: np.ndarray, start: int, nitems: int, dest: int, nbytes: int) -> int:
+        """Decode items ``start .. start + nitems`` of the frame ``src`` (only the blocks
+        holding them) to the address ``dest`` (``nbytes`` long); the bytes written or < 0."""
+        ptr = context()
+        if not ptr or src.size >= 1 << 31 or nbytes >= 1 << 31:
+            return -1
+        return int(getitem(ptr, src.ctypes.data, src.size, start, nitems, dest, nbytes))
+
+    return (decode, items) if _self_test(decode, items) else None
 
 
-def _self_test(decode: DecodeFn) -> bool:
-    """Decode frames written by numcodecs' C-Blosc and compare with the original values."""
+def _self_test(decode: DecodeFn, items: ItemsFn) -> bool:
+    """Decode frames written by numcodecs' C-Blosc (whole, and a range of items) and compare
+    with the original values."""
     try:
         from numcodecs import Blosc
 
@@ -115,22 +141,41 @@ def _self_test(decode: DecodeFn) -> bool:
                 return False
             if not np.array_equal(out.view(np.float32).reshape(data.shape), data):
                 return False
+            src = np.frombuffer(frame, dtype=np.uint8)
+            part = np.empty(7_000, dtype=np.float32)
+            if items(src, 20_000, part.size, part.ctypes.data, part.nbytes) != part.nbytes:
+                return False
+            if not np.array_equal(part, data.ravel()[20_000:27_000]):
+                return False
         return True
     except Exception:  # noqa: BLE001 - any failure means: do not use this library
         return False
 
 
-def decoder() -> DecodeFn | None:
-    """The C-Blosc2 decode function, or None (not installed, or its self-test failed)."""
-    global _loaded, _tried
-    if _tried:
-        return _loaded
+def _ensure() -> None:
+    global _loaded, _items, _tried
     with _lock:
         if not _tried:
             if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0":
                 try:
-                    _loaded = _load()
+                    found = _load()
                 except OSError:
-                    _loaded = None
+                    found = None
+                if found is not None:
+                    _loaded, _items = found
             _tried = True
+
+
+def decoder() -> DecodeFn | None:
+    """The C-Blosc2 decode function, or None (not installed, or its self-test failed)."""
+    if not _tried:
+        _ensure()
     return _loaded
+
+
+def item_decoder() -> ItemsFn | None:
+    """C-Blosc2's ``getitem`` (decodes only the blocks that hold a range of items), or None
+    (then blosc chunks are decoded whole)."""
+    if not _tried:
+        _ensure()
+    return _items

@@ -222,6 +222,11 @@ class ChunkSource:
         return np.full(self.chunk_shape(index), fill, dtype=self.dtype)
 
     # -- reading --------------------------------------------------------------------------
+    def partial_reader(self) -> Any:
+        """What reads parts of this source's chunks (only the blosc blocks a region needs,
+        :class:`~tsexplore.sources.parts.BloscParts`), or None: chunks are read whole."""
+        return None
+
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
         """Hint that these chunks will be read soon (e.g. start reading their files from
         disk in the background). Cheap and non-blocking; the default does nothing."""

@@ -32,8 +32,9 @@ import numpy as np
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions
-from .bytes import ByteStore, LocalFiles
+from .bytes import ByteRange, ByteStore, LocalFiles
 from .codecs import chain_from_zarr
+from .parts import reader_for
 from .remote import (
     ZarrStoreBytes,
     byte_store_for,
@@ -115,6 +116,7 @@ class ZarrSource(ChunkSource):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fallback"] = None
+        state.pop("_parts", None)
         return state
 
     @property
@@ -124,6 +126,13 @@ class ZarrSource(ChunkSource):
         if self._shards is not None:
             return "tsexplore-sharded"
         return "zarr" if self._chain is None else "tsexplore"
+
+    def partial_reader(self) -> Any:
+        """Reads only the blosc blocks a region of a chunk needs (None: chunks read whole)."""
+        parts = self.__dict__.get("_parts", False)
+        if parts is False or (parts is not None and parts.source is not self):
+            parts = self._parts = reader_for(self)
+        return parts
 
     # -- keys -------------------------------------------------------------------------------
     def _key(self, index: tuple[int, ...]) -> str:
@@ -240,6 +249,27 @@ class ZarrSource(ChunkSource):
         return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
     # -- the zarr-decoded path ----------------------------------------------------------------
+    async def _fetch_remote(
+        self, index: ChunkIndex, start: int | None = None, end: int | None = None
+    ) -> Any:
+        """The stored chunk ``index`` (bytes ``start:end`` of it when given) from the byte
+        store, with its retries; a part comes back as ``bytes`` (the part reader joins them),
+        a whole chunk as the store's buffer."""
+        rng = None if start is None and end is None else ByteRange(start or 0, end)
+        try:
+            buf = await self._bytes.get(self.chunk_key(index), rng)
+        except ChunkReadError as exc:
+            raise self._named(exc, index) from exc
+        if buf is None:
+            raise self._missing(index)
+        return bytes(buf) if rng is not None else buf
+
+    @property
+    def _local_root(self) -> str:
+        """The folder of a local store's chunk files (the part reader opens them)."""
+        assert isinstance(self._bytes, LocalFiles)
+        return self._bytes.root
+
     def _stored_key(self, index: ChunkIndex) -> str:
         """The store key of the object holding chunk ``index``: its own key, or the key of
         the shard that holds it (``chunk_key`` of the shard grid)."""

@@ -211,9 +211,9 @@ def execute(page: Any, code: str) -> str:
 def canvas_colours(page: Any, n: int, extent: Any, shape: tuple[int, int]) -> Any:
     """What the ``n``-th canvas shows at the pixel centres of a frame (``CANVAS_SAMPLES``), as a
     ``(rows, columns, 4)`` uint8 array."""
-    import numpy as np
-
     import base64
+
+    import numpy as np
 
     text = page.evaluate(CANVAS_SAMPLES, [n, [list(map(float, e)) for e in extent], list(shape)])
     return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape[0], shape[1], 4)

@@ -71,9 +71,7 @@ def chunk_states(
         windows.append(positions[lo:hi])
     ys, xs = windows
     token = source.token
-    cached = set() if engine is None else {
-        k[1] for k in engine.cache.keys() if isinstance(k, tuple) and k[0] == token
-    }
+    cached = set() if engine is None else engine.cached_indices(token)
     flying = set() if engine is None else {k[1] for k in engine.in_flight_keys() if k[0] == token}
     absent = frozenset() if engine is None else engine.absent.indices(token)
     fixed = [d.pieces[0][0] if d.pieces else 0 for d in plan.dims]

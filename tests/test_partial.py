@@ -1,0 +1,269 @@
+"""Parts of chunks through the engine: thin selections of blosc-compressed Zarr arrays
+decode only the blocks they need (local pread, remote range requests), equal what zarr
+reads, fill absent chunks, stay inside the cache budget with the encoded tier, and count
+what they decoded; other codecs keep whole-chunk decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import struct
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
+
+import tsexplore as tse
+from tsexplore.engine import get_engine, set_cache_bytes
+from tsexplore.errors import CorruptChunkError, MissingChunkError
+from tsexplore.sources._cblosc2 import item_decoder
+from tsexplore.sources.parts import Link
+
+pytestmark = pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
+
+SHAPE, CHUNKS = (40, 64, 96), (16, 32, 32)  # edge chunks on time; 16 frames of 4 KiB a chunk
+
+
+@pytest.fixture(autouse=True)
+def restore_settings():
+    before = tse.config.get()
+    yield
+    tse.close()
+    tse.config.set(**dataclasses.asdict(before))
+
+
+def write(path: Path, compressors=None, fmt: int = 3, dtype: str = "float32", order: str = "C"):  # type: ignore[no-untyped-def]
+    """A store of known values; frames are whole blosc blocks (``blocksize`` 4 KiB)."""
+    values = (np.arange(math.prod(SHAPE)) % 1013 * 0.5).astype(dtype).reshape(SHAPE)
+    if compressors is None:
+        compressors = BloscCodec(cname="zstd", clevel=3, shuffle="shuffle", blocksize=4096)
+    group = zarr.open_group(str(path), mode="w", zarr_format=fmt)
+    if fmt == 2:
+        import numcodecs
+
+        arr = group.create_array(
+            "data", shape=SHAPE, chunks=CHUNKS, dtype=dtype, order=order,
+            compressors=numcodecs.Blosc("lz4", 5, numcodecs.Blosc.BITSHUFFLE, blocksize=2048),
+            chunk_key_encoding={"name": "v2", "separator": "/"}, fill_value=-1,
+        )
+        arr.attrs["_ARRAY_DIMENSIONS"] = ["time", "y", "x"]
+    else:
+        arr = group.create_array(
+            "data", shape=SHAPE, chunks=CHUNKS, dtype=dtype, compressors=compressors,
+            dimension_names=("time", "y", "x"), fill_value=-1,
+        )
+    arr[...] = values
+    zarr.consolidate_metadata(str(path))
+    return values
+
+
+def ortho(values: np.ndarray, key: tuple) -> np.ndarray:
+    """NumPy's answer to an orthogonal (outer) selection: one axis at a time."""
+    out, axis = values, 0
+    for k in key:
+        if isinstance(k, int):
+            out = np.take(out, k, axis=axis)
+            continue
+        out = out[(slice(None),) * axis + (k,)]
+        axis += 1
+    return out
+
+
+def selections() -> list[tuple]:
+    return [
+        (3,),  # a frame
+        (17, slice(5, 40), slice(10, 90)),  # a window of a frame
+        (slice(None), 33, 71),  # a pixel's profile
+        (slice(2, 30), slice(40, 44)),  # a few rows through time
+        (slice(None, None, 3), slice(1, 60, 7), 5),  # strided
+        ([0, 39, 7, 7], slice(0, 64), [95, 0, 3]),  # orthogonal index arrays
+        (slice(None),),  # everything: whole chunks
+    ]
+
+
+def test_thin_selections_decode_only_their_blocks_and_equal_zarr(tmp_path: Path) -> None:
+    values = write(tmp_path / "a.zarr")
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    for key in selections():
+        np.testing.assert_array_equal(da[key].values, ortho(values, key))
+    snap = tse.stats()
+    assert snap.part_reads > 0
+    assert snap.reads > snap.part_reads  # the whole-array selection read whole chunks
+    # one frame alone: its 6 chunks' single 4 KiB blocks, each a little stored data
+    tse.close()
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    frame = da.isel(time=20).values
+    np.testing.assert_array_equal(frame, values[20])
+    snap = tse.stats()
+    assert snap.part_reads == 6 and snap.bytes_decoded == 6 * 4096 == snap.bytes_useful
+    assert snap.decoded_ratio == 1.0
+    chunk_files = sum(
+        os.path.getsize(tmp_path / "a.zarr" / "data" / "c" / "1" / str(y) / str(x))
+        for y in range(2) for x in range(3)
+    )
+    assert snap.bytes_read < chunk_files / 4  # heads and one block, not the chunks
+
+
+def test_absent_chunks_fill_their_parts_or_raise(tmp_path: Path) -> None:
+    values = write(tmp_path / "a.zarr")
+    os.remove(tmp_path / "a.zarr" / "data" / "c" / "0" / "1" / "2")
+    values[:16, 32:64, 64:96] = -1
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    np.testing.assert_array_equal(da.isel(time=4).values, values[4])
+    np.testing.assert_array_equal(da[:, 40, 70].values, values[:, 40, 70])
+    assert tse.stats().missing_filled >= 2
+    strict = tse.open_dataset(tmp_path / "a.zarr", prefetch="off", missing="raise")["data"]
+    with pytest.raises(MissingChunkError):
+        _ = strict.isel(time=5).values
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none", "blosc+crc32c"])
+def test_codecs_without_blocks_keep_whole_chunk_decoding(tmp_path: Path, codec: str) -> None:
+    compressors = {
+        "zstd": [ZstdCodec()], "none": [], "blosc+crc32c": [BloscCodec(), Crc32cCodec()],
+    }[codec]
+    path = tmp_path / "a.zarr"
+    values = write(path, compressors=compressors)
+    da = tse.open_dataset(path, prefetch="off")["data"]
+    for key in selections()[:4]:
+        np.testing.assert_array_equal(da[key].values, ortho(values, key))
+    assert tse.stats().part_reads == 0
+
+
+def test_zarr_v2_big_endian_blosc_parts(tmp_path: Path) -> None:
+    values = write(tmp_path / "b.zarr", fmt=2, dtype=">f4")
+    da = tse.open_dataset(tmp_path / "b.zarr", prefetch="off")["data"]
+    for key in selections():
+        got = da[key].values
+        np.testing.assert_array_equal(got, ortho(values, key))
+        assert got.dtype.isnative or got.dtype.itemsize == 1
+    assert tse.stats().part_reads > 0
+
+
+def test_the_encoded_tier_holds_frames_so_the_next_frame_reads_nothing(tmp_path: Path) -> None:
+    values = write(tmp_path / "a.zarr")
+    tse.config.set(keep_stored="always")
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    np.testing.assert_array_equal(da.isel(time=1).values, values[1])
+    first = tse.stats()
+    assert first.cache_encoded_entries == 6 and first.cache_encoded_bytes > 0
+    np.testing.assert_array_equal(da.isel(time=2).values, values[2])
+    delta = tse.stats() - first
+    assert delta.bytes_read == 0 and delta.encoded_hits == 6 and delta.part_reads == 6
+    assert delta.bytes_decoded == 6 * 4096
+    # a whole-chunk read of a held frame decodes it without reading the store
+    np.testing.assert_array_equal(da[0:16, 0:32, 0:32].values, values[0:16, 0:32, 0:32])
+    assert (tse.stats() - first).bytes_read == 0
+    snap = tse.stats()
+    assert snap.cache_bytes == snap.cache_encoded_bytes + get_engine().cache.decoded_bytes
+    assert "encoded" in repr(snap) and "per useful byte" in repr(snap)
+
+
+def test_local_parts_keep_the_heads_not_the_frames(tmp_path: Path) -> None:
+    values = write(tmp_path / "a.zarr")
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    np.testing.assert_array_equal(da.isel(time=1).values, values[1])
+    heads = tse.stats()
+    np.testing.assert_array_equal(da.isel(time=2).values, values[2])
+    delta = tse.stats() - heads
+    assert delta.encoded_hits == 0 and 0 < delta.bytes_read < 6 * 4096  # blocks only
+    assert tse.stats().cache_encoded_bytes < 6 * 1024  # six heads
+
+
+def test_parts_and_frames_stay_within_the_budget_under_eight_threads(tmp_path: Path) -> None:
+    values = write(tmp_path / "a.zarr")
+    tse.config.set(keep_stored="always")
+    budget = 150_000  # a few stored frames and decoded chunks
+    set_cache_bytes(budget)
+    da = tse.open_dataset(tmp_path / "a.zarr")["data"]
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            for _ in range(25):
+                t, y, x = r.randrange(40), r.randrange(64), r.randrange(96)
+                key = r.choice([(t,), (slice(None), y, x), (slice(t, t + 2), slice(y, None)),
+                                (slice(0, 16), slice(0, 32), slice(0, 32))])
+                np.testing.assert_array_equal(da[key].values, ortho(values, key))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    snap = tse.stats()
+    assert snap.cache_high_water <= budget and snap.evictions > 0
+    assert snap.part_reads > 0 and snap.encoded_hits > 0
+
+
+def test_a_corrupt_block_table_in_the_store_raises(tmp_path: Path) -> None:
+    write(tmp_path / "a.zarr")
+    path = tmp_path / "a.zarr" / "data" / "c" / "0" / "0" / "0"
+    frame = bytearray(path.read_bytes())
+    struct.pack_into("<i", frame, 16 + 4 * 3, struct.unpack_from("<i", frame, 16 + 4 * 3)[0] + 2)
+    path.write_bytes(bytes(frame))
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    with pytest.raises(CorruptChunkError):
+        _ = da.isel(time=3).values  # block 3 holds frame 3
+    assert tse.stats().errors == 1
+
+
+def test_remote_parts_fetch_the_head_and_the_blocks_by_range(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tsexplore.testing.http import StoreServer
+
+    values = write(tmp_path / "a.zarr")
+    # a slow link (20 ms a request, 100 kB/s), as measured: ranges pay for these frames
+    monkeypatch.setattr(Link, "record", lambda self, nbytes, seconds: None)
+    monkeypatch.setattr(Link, "__init__", lambda self: setattr(self, "latency", 0.02) or setattr(self, "bandwidth", 1e5))
+    with StoreServer(tmp_path / "a.zarr") as srv:
+        da = tse.open_dataset(srv.url, prefetch="off")["data"]
+        before = len(srv.requests)
+        np.testing.assert_array_equal(da.isel(time=9).values, values[9])
+        chunk_requests = [r for r in srv.requests[before:] if "/c/" in r[1]]
+        assert len(chunk_requests) == 12  # per chunk: its head, then its one block
+        assert all(status == 206 for _, _, status in chunk_requests)
+        snap = tse.stats()
+        assert snap.part_reads == 6 and snap.cache_encoded_entries == 6  # the heads
+        before = len(srv.requests)
+        np.testing.assert_array_equal(da.isel(time=10).values, values[10])
+        assert len(srv.requests) - before == 6  # heads held: the blocks only
+        for key in selections():
+            np.testing.assert_array_equal(da[key].values, ortho(values, key))
+
+
+def test_remote_play_keeps_whole_frames_and_reads_the_next_slab_ahead(tmp_path: Path) -> None:
+    from tsexplore.testing.http import StoreServer
+
+    values = write(tmp_path / "a.zarr")
+    with StoreServer(tmp_path / "a.zarr", latency=0.005) as srv:
+        da = tse.open_dataset(srv.url)["data"]
+        for t in range(40):
+            np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        snap = tse.stats()
+        assert snap.encoded_hits > 0 and snap.cache_encoded_entries >= 6
+        assert snap.speculative_reads > 0 and snap.prefetch_used_ratio >= 0.7, snap
+        assert snap.part_reads > 0
+
+
+def test_the_link_model_fetches_ranges_only_when_they_pay() -> None:
+    link = Link()
+    assert link.ranges_pay(10_000_000, 100_000, False)  # unmeasured: ranges (measures latency)
+    link.record(1000, 0.02)
+    assert not link.ranges_pay(10_000_000, 100_000, False)  # then one whole frame
+    link.record(4_000_000, 0.02 + 0.04)  # 100 MB/s
+    # a 2 MB frame over 20 ms round trips: the whole frame (20 ms + 20 ms) beats two trips
+    assert not link.ranges_pay(2_000_000, 100_000, False)
+    # a 64 MB frame: 660 ms whole against 41 ms by range
+    assert link.ranges_pay(64_000_000, 100_000, False)
+    assert link.ranges_pay(2_000_000, 100_000, True)  # head known: one trip either way
+    assert 0 < link.gap() <= 1 << 24

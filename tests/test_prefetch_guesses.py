@@ -1,0 +1,120 @@
+"""The prefetcher knows when it is guessing wrong: guesses earn an allowance (additive
+increase, multiplicative decrease), random jumps keep it silent, a steady pattern brings it
+back, and play reads ahead the next frames as parts of chunks."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec
+
+import tsexplore as tse
+from tsexplore.engine.guesses import HORIZON_OBSERVATIONS, Guesses
+from tsexplore.engine.prefetch import Observation, shifted_keys, steady_steps
+from tsexplore.sources import SyntheticSource
+from tsexplore.sources._cblosc2 import item_decoder
+from tsexplore.testing.wrappers import CountingSource
+
+
+def test_guesses_double_while_right_and_halve_when_wrong() -> None:
+    g = Guesses(0)
+    used, unused = 0, set()
+    assert g.room(steady=False, unused=unused.__contains__) == 0  # nothing earned yet
+    assert g.room(steady=True, unused=unused.__contains__) == 1  # a steady pattern may probe
+    rooms = []
+    for step in range(6):  # every guess is used at the next view
+        g.settle(used, unused.__contains__)
+        n = g.room(steady=True, unused=unused.__contains__)
+        rooms.append(n)
+        keys = [(step, k) for k in range(n)]
+        g.made(keys)
+        used += n  # a reader took them all
+    assert rooms == [1, 1, 2, 4, 8, 16]
+    # now every guess goes unused: each round of wrong guesses halves the allowance
+    allowance, wasted = g.allowance, 0
+    for round_ in range(6):
+        n = g.room(steady=False, unused=unused.__contains__)
+        keys = [("w", round_, k) for k in range(n)]
+        g.made(keys)
+        unused.update(keys)
+        wasted += n
+        for _ in range(HORIZON_OBSERVATIONS):
+            g.settle(used, unused.__contains__)
+    assert g.allowance == allowance // 2 ** 6 == 0
+    assert g.room(steady=False, unused=unused.__contains__) == 0  # silent
+    assert g.room(steady=True, unused=unused.__contains__) == 1  # until a pattern returns
+    assert g.wrong == wasted and g.right == used
+
+
+def _obs(positions: list[int]) -> list[Observation]:
+    return [Observation(0.1 * i, (p, 0, 0), ((p // 4, p // 4), (0, 0), (0, 0))) for i, p in enumerate(positions)]
+
+
+def test_steady_steps_tell_play_from_random_jumps() -> None:
+    assert steady_steps(_obs([0, 1, 2, 3, 4])) == 4
+    assert steady_steps(_obs([10, 8, 6, 4])) == 3
+    assert steady_steps(_obs([0, 3, 5, 8, 10])) == 4  # a drag: uneven, within a factor 2
+    assert steady_steps(_obs([0, 300, 310, 320])) == 2  # a jump, then steps
+    assert steady_steps(_obs([5, 400, 30, 200])) == 1  # only the last step itself
+    assert steady_steps(_obs([0, 10, 200])) == 1
+    assert steady_steps(_obs([3])) == 0
+
+
+def test_shifted_keys_are_the_next_views() -> None:
+    shape = (10, 8, 8)
+    assert shifted_keys((3,), shape, 0, 2, 3) == [(5, slice(None), slice(None)), (7, slice(None), slice(None)), (9, slice(None), slice(None))]
+    assert shifted_keys((slice(2, 4), slice(0, 8)), shape, 0, -1, 5) == [
+        (slice(1, 3, 1), slice(0, 8), slice(None)), (slice(0, 2, 1), slice(0, 8), slice(None))]
+    assert shifted_keys(([1, 2], 0), shape, 0, 1, 2) == []  # an index array does not move
+
+
+def test_random_jumps_keep_the_prefetcher_silent_and_play_brings_it_back() -> None:
+    inner = SyntheticSource((512, 16, 16), (4, 16, 16), "float32", latency=0.002)
+    src = CountingSource(inner)
+    da = tse.open_dataset(src)["data"]
+    rng = random.Random(1)
+    for _ in range(150):
+        t = rng.randrange(512)
+        np.testing.assert_array_equal(da.isel(time=t).values, inner.evaluate((slice(t, t + 1), slice(0, 16), slice(0, 16)))[0])
+    jumps = tse.stats()
+    assert jumps.speculative_reads <= 15, jumps  # nearly silent (a steady run now and then)
+    tse.get_engine().cache.clear()  # play on chunks not read yet (the guesses' record stays)
+    for t in range(50, 500):  # play
+        _ = da.isel(time=t).values
+        time.sleep(0.004)
+    play = tse.stats() - jumps
+    assert play.speculative_reads >= 20, play
+    assert play.prefetch_used_ratio >= 0.9, play
+    assert play.misses <= 8, play
+
+
+@pytest.fixture
+def cube(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    shape = (128, 64, 64)
+    values = (np.arange(math.prod(shape)) % 4093 * 0.25).astype("float32").reshape(shape)
+    group = zarr.open_group(str(tmp_path / "c.zarr"), mode="w")
+    arr = group.create_array("temp", shape=shape, chunks=(16, 32, 32), dtype="float32",
+                             compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
+                             dimension_names=("time", "y", "x"))
+    arr[...] = values
+    return tmp_path / "c.zarr", values
+
+
+@pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
+def test_play_decodes_ahead_only_the_next_frames(cube) -> None:  # type: ignore[no-untyped-def]
+    path, values = cube
+    da = tse.open_dataset(path)["temp"]
+    for t in range(128):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        time.sleep(0.01)
+    snap = tse.stats()
+    assert snap.part_reads >= 128 * 4  # four chunks a frame, one block each
+    assert snap.prefetch_used_ratio >= 0.9, snap
+    assert snap.decoded_ratio <= 1.1, snap  # nothing decoded that play did not show
+    assert snap.hits + snap.joined >= 0.8 * 128 * 4, snap

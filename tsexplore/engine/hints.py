@@ -1,0 +1,91 @@
+"""Read-ahead hints and the memory of what one-pass readers took (mixed into the engine).
+
+:meth:`ReadAheadMemory.advise` passes a read-ahead hint to a source for chunks neither cached
+nor hinted lately (``posix_fadvise(WILLNEED)`` for local Zarr stores); the prefetcher and
+the streams call it. One-pass readers (dask tasks) read each chunk once: the chunks they took
+are remembered, so the prefetcher does not read them again. What became of the prefetcher's
+guesses (used or not) is read from the read table.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from ..sources.base import ChunkIndex, ChunkSource
+from .types import ChunkKey
+
+#: chunks taken by one-pass readers that the prefetcher remembers not to read again
+CONSUMED_MEMORY = 4096
+#: read-ahead hints remembered (not repeated) per process
+ADVISED_MEMORY = 8192
+
+
+class ReadAheadMemory:
+    """``advise``, the one-pass memory and the guesses' outcomes, for the engine."""
+
+    # provided by the engine
+    _closed: bool
+    _io: Any
+    _table: Any
+    cache: Any
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the two memories below
+        self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+        self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+
+    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
+        """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
+        if self._closed:
+            return
+        token = source.token
+        fresh = []
+        with self._lock:
+            for index in indices:
+                key = (token, tuple(index))
+                if key in self._advised:
+                    continue
+                self._advised[key] = None
+                fresh.append(key)
+            while len(self._advised) > ADVISED_MEMORY:
+                self._advised.popitem(last=False)
+        todo = [k[1] for k in fresh if k not in self.cache]
+        if not todo:
+            return
+        if self._io.on_loop_thread():
+            # on the I/O loop (the prefetcher after a cached read): the hint's system calls
+            # must not hold up dispatching, so a read thread passes it on
+            self._io.submit(_advise_quietly, source, todo)
+        else:
+            _advise_quietly(source, todo)
+
+    def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
+        """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
+        with self._lock:
+            for key in keys:
+                self._consumed[key] = None
+                self._consumed.move_to_end(key)
+            while len(self._consumed) > CONSUMED_MEMORY:
+                self._consumed.popitem(last=False)
+
+    def guesses_used(self, token: str) -> int:
+        """How many of the prefetcher's guesses for source ``token`` a reader used so far."""
+        return self._table.used_by_token.get(token, 0)
+
+    def guess_unused(self, key: ChunkKey) -> bool:
+        """Whether the guess ``key`` was read (or is being read) and no reader used it yet."""
+        return key in self._table.prefetched
+
+    def recently_consumed(self, key: ChunkKey) -> bool:
+        """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
+        return key in self._consumed
+
+
+def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:
+    try:
+        source.advise(indices)
+    except Exception:  # noqa: BLE001 - a hint must never fail a read
+        pass

@@ -1,0 +1,385 @@
+"""Decode only the blosc blocks that hold a region of a chunk (frame-level decoding).
+
+A blosc frame (blosc1 and blosc2 chunk formats, ``README_CHUNK_FORMAT.rst`` of C-Blosc2) is a
+16-byte header (32 with the blosc2 extended header), a table of ``int32`` offsets of its
+blocks (``bstarts``), and the blocks, each compressed on its own, possibly split into
+``typesize`` streams, each stream ``int32 csize`` + bytes. A region of a C-ordered chunk that
+is thin along the leading axes (a frame of a deep chunk, a few rows, a pixel's profile)
+lives in a few blocks; :func:`decode_box` decodes only those, with C-Blosc2's
+``blosc2_getitem_ctx`` (:func:`._cblosc2.item_decoder`): no decompressor is written here.
+
+Before any block is decoded its place in the frame is checked: the header's sizes against
+each other and against the bytes present, every offset inside the frame and distinct, and
+the streams of each needed block filling exactly the bytes up to the next block (so a shifted,
+truncated or overlapping table is caught, not decoded from the wrong bytes). C-Blosc2 then
+checks that every stream decodes to its exact size. Any failure is a
+:class:`~tsexplore.errors.CorruptChunkError`; frames this module cannot take apart
+(variable-length or lazy blocks, dictionaries, the delta filter, plugin codecs or filters) raise
+:class:`PartsUnsupported` and are decoded whole by the caller.
+
+:class:`BloscHead` also says which byte ranges of the stored frame hold given blocks
+(:meth:`BloscHead.block_ranges`), so a reader can fetch only those (a local ``pread``, an
+HTTP range request) and decode from a sparse copy of the frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CorruptChunkError
+from . import buffers
+from ._cblosc2 import item_decoder
+
+#: enough bytes of a frame to know the length of its header and block table
+PREFIX = 32
+MIN_HEADER, EXT_HEADER = 16, 32
+_DOSHUFFLE, _MEMCPYED, _DOBITSHUFFLE, _DODELTA, _DONT_SPLIT = 0x01, 0x02, 0x04, 0x08, 0x10
+_MAX_BLOCKSIZE = 536866816
+
+#: a region of a chunk: per axis ``(start, stop)`` in chunk-local coordinates
+Box = tuple[tuple[int, int], ...]
+# ``where`` arguments name the chunk in error messages (anything that formats as text)
+
+
+class PartsUnsupported(Exception):  # noqa: N818 - a signal to decode whole, not an error
+    """This frame cannot be decoded block by block here; decode it whole."""
+
+
+@dataclass(frozen=True)
+class BloscHead:
+    """A blosc frame's header and block table, parsed and checked."""
+
+    version: int
+    flags: int
+    typesize: int
+    nbytes: int  # decoded size
+    blocksize: int
+    cbytes: int  # stored size, header included
+    header_len: int
+    nblocks: int
+    starts: np.ndarray  # int64 offset of each block (``bstarts``); empty when no table
+    ends: np.ndarray  # int64 end of each block's bytes (the next block's start, or cbytes)
+    memcpyed: bool  # data stored raw after the header, no table
+    special: int  # blosc2 special chunk (zeros, NaN, one value, uninitialised): no blocks
+    dict_end: int  # end of the table: where block bytes start
+    raw: np.ndarray  # the head's bytes (header and table)
+
+    @property
+    def head_len(self) -> int:
+        """Bytes a partial decode needs besides the blocks: header and table."""
+        if self.special:
+            return self.cbytes
+        return self.header_len if self.memcpyed else self.dict_end
+
+    def nstreams(self, block: int) -> int:
+        """Streams block ``block`` is split into (``typesize``, or 1)."""
+        last = block == self.nblocks - 1 and self.nbytes % self.blocksize
+        if self.flags & _DONT_SPLIT or last:
+            return 1
+        return self.typesize
+
+    def block_nbytes(self, block: int) -> int:
+        """Decoded size of block ``block`` (the last one may be shorter)."""
+        return min(self.blocksize, self.nbytes - block * self.blocksize)
+
+    def block_ranges(self, blocks: np.ndarray, gap: int = 0) -> list[tuple[int, int]]:
+        """Byte ranges of the stored frame holding ``blocks`` (sorted, merged when closer
+        than ``gap`` bytes), besides :attr:`head_len`."""
+        if self.special:
+            return []
+        if self.memcpyed:
+            pairs = [(self.header_len + b * self.blocksize,
+                      self.header_len + b * self.blocksize + self.block_nbytes(b))
+                     for b in blocks.tolist()]
+        else:
+            pairs = [(int(self.starts[b]), int(self.ends[b])) for b in blocks.tolist()]
+        pairs.sort()
+        out: list[tuple[int, int]] = []
+        for a, b in pairs:
+            if out and a <= out[-1][1] + gap:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        return out
+
+
+def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
+    """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
+    suffice for a blosc1 frame)."""
+    b = bytes(prefix[:PREFIX])
+    if len(b) < MIN_HEADER:
+        raise CorruptChunkError(f"{where}: {len(b)} bytes are too few for a blosc header")
+    flags = b[2]
+    nbytes, blocksize, cbytes = struct.unpack_from("<iii", b, 4)
+    ext = bool(flags & _DOSHUFFLE and flags & _DOBITSHUFFLE)
+    hlen = EXT_HEADER if ext else MIN_HEADER
+    if ext and len(b) < EXT_HEADER:
+        raise CorruptChunkError(f"{where}: {len(b)} bytes are too few for a blosc2 header")
+    special = (b[31] >> 4) & 7 if ext else 0
+    if special:
+        return int(cbytes)
+    if flags & _MEMCPYED:
+        return hlen
+    if blocksize <= 0 or nbytes < 0:
+        raise CorruptChunkError(f"{where}: blosc header says {nbytes} bytes in blocks of {blocksize}")
+    return hlen + 4 * math.ceil(nbytes / blocksize)
+
+
+def parse_head(buf: np.ndarray, where: object, whole: bool = True) -> BloscHead:
+    """Parse and check the header and block table at the start of ``buf`` (a ``uint8``
+    array: the whole frame, or with ``whole=False`` at least its head)."""
+    if len(buf) < MIN_HEADER:
+        raise CorruptChunkError(f"{where}: {len(buf)} bytes are too few for a blosc header")
+    version, _vlz, flags, typesize = (int(x) for x in buf[:4])
+    nbytes, blocksize, cbytes = struct.unpack_from("<iii", buf, 4)  # type: ignore[arg-type]
+    ext = bool(flags & _DOSHUFFLE and flags & _DOBITSHUFFLE)
+    hlen = EXT_HEADER if ext else MIN_HEADER
+    if ext and len(buf) < EXT_HEADER:
+        raise CorruptChunkError(f"{where}: too few bytes for a blosc2 extended header")
+    if typesize == 0 or cbytes < hlen or nbytes < 0:
+        raise CorruptChunkError(
+            f"{where}: blosc header is inconsistent (typesize {typesize}, nbytes {nbytes}, "
+            f"cbytes {cbytes})"
+        )
+    if whole and len(buf) < cbytes:
+        raise CorruptChunkError(
+            f"{where}: stored chunk has {len(buf)} bytes, its blosc header says {cbytes}"
+        )
+    special, b2flags = 0, 0
+    if ext:
+        b2flags, b2flags2 = int(buf[31]), int(buf[30])
+        special = (b2flags >> 4) & 7
+        filters = [int(x) for x in buf[16:22]]
+        if b2flags2 & 0x01 or b2flags & 0x08 or b2flags & 0x04 or b2flags & 0x80:
+            raise PartsUnsupported("variable-length or lazy blocks, or an instrumented codec")
+        if b2flags & 0x01:  # C-Blosc2's getitem does not load a frame's dictionary
+            raise PartsUnsupported("a dictionary")
+        if any(f in (3,) or f > 4 for f in filters) or (flags >> 5) >= 5:
+            raise PartsUnsupported("the delta filter, a filter plugin or a codec plugin")
+    else:
+        if flags & _DODELTA or (flags >> 5) >= 5:
+            raise PartsUnsupported("the delta filter or an unknown codec")
+    empty = np.empty(0, dtype=np.int64)
+    if special:
+        if len(buf) < cbytes:
+            raise CorruptChunkError(f"{where}: a special blosc chunk is truncated")
+        return BloscHead(version, flags, typesize, nbytes, max(1, nbytes), cbytes, hlen, 1,
+                         empty, empty, False, special, cbytes, buf[:cbytes].copy())
+    if blocksize <= 0 or blocksize > _MAX_BLOCKSIZE:
+        raise CorruptChunkError(f"{where}: blosc header gives a block size of {blocksize}")
+    if nbytes and blocksize > nbytes:
+        blocksize = nbytes  # as C-Blosc2 reads it
+    if blocksize % typesize or nbytes % typesize:
+        raise PartsUnsupported("blocks that are not whole items")
+    nblocks = math.ceil(nbytes / blocksize) if nbytes else 0
+    if flags & _MEMCPYED:
+        if cbytes != hlen + nbytes:
+            raise CorruptChunkError(f"{where}: raw blosc frame of {cbytes} bytes holds {nbytes}")
+        return BloscHead(version, flags, typesize, nbytes, blocksize, cbytes, hlen, nblocks,
+                         empty, empty, True, 0, hlen, buf[:hlen].copy())
+    table_end = hlen + 4 * nblocks
+    if len(buf) < table_end or cbytes < table_end:
+        raise CorruptChunkError(f"{where}: the blosc block table ({nblocks} blocks) is truncated")
+    starts = np.frombuffer(buf, dtype="<i4", count=nblocks, offset=hlen).astype(np.int64)
+    data_start = table_end
+    ends = _block_ends(starts, data_start, cbytes, where)
+    return BloscHead(version, flags, typesize, nbytes, blocksize, cbytes, hlen, nblocks,
+                     starts, ends, False, 0, data_start, buf[:data_start].copy())
+
+
+def _block_ends(starts: np.ndarray, data_start: int, cbytes: int, where: object) -> np.ndarray:
+    """Where each block's bytes end: at the next block's start (blocks are contiguous,
+    possibly out of order when compressed by several threads) or at the frame's end."""
+    if not len(starts):
+        return starts
+    if starts.min() < data_start or starts.max() >= cbytes:
+        raise CorruptChunkError(
+            f"{where}: a blosc block offset lies outside the frame "
+            f"({int(starts.min())}..{int(starts.max())} not in {data_start}..{cbytes - 1})"
+        )
+    order = np.argsort(starts, kind="stable")
+    sorted_starts = starts[order]
+    if np.any(np.diff(sorted_starts) == 0):
+        raise CorruptChunkError(f"{where}: two blosc blocks share an offset")
+    if sorted_starts[0] != data_start:
+        raise CorruptChunkError(f"{where}: the first blosc block does not follow the block table")
+    ends = np.empty_like(starts)
+    ends[order[:-1]] = sorted_starts[1:]
+    ends[order[-1]] = cbytes
+    return ends
+
+
+def check_blocks(head: BloscHead, buf: np.ndarray, blocks: np.ndarray, where: object) -> None:
+    """Each block's streams must fill its bytes exactly (``buf``: the frame, at least the
+    head and these blocks' bytes in place)."""
+    if head.memcpyed or head.special:
+        return
+    raw = buf.data
+    size = len(buf)
+    unpack = struct.unpack_from
+    split = head.typesize if not head.flags & _DONT_SPLIT else 1
+    last = head.nblocks - 1 if head.nbytes % head.blocksize else -1
+    starts, ends = head.starts, head.ends
+    for b in blocks.tolist():
+        pos, end = int(starts[b]), int(ends[b])
+        if end > size:
+            raise CorruptChunkError(f"{where}: blosc block {b} is not in the bytes read")
+        for _ in range(1 if b == last else split):
+            if pos + 4 > end:
+                break
+            csize = unpack("<i", raw, pos)[0]
+            pos += 4 + (csize if csize > 0 else (1 if csize < 0 else 0))
+        if pos != end:
+            raise CorruptChunkError(
+                f"{where}: blosc block {b}'s streams end at byte {pos}, its table says {end}"
+            )
+
+
+def box_segments(shape: tuple[int, ...], itemsize: int, box: Box) -> tuple[np.ndarray, int]:
+    """The contiguous byte runs of ``box`` in a C-ordered chunk of ``shape``: their decoded
+    offsets (in C order of the box, increasing) and their common length in bytes."""
+    ndim = len(shape)
+    k = ndim - 1  # the first axis from which on the box takes whole rows
+    while k > 0 and box[k] == (0, shape[k]):
+        k -= 1
+    inner = math.prod(shape[k + 1 :]) * itemsize
+    length = (box[k][1] - box[k][0]) * inner
+    strides = [math.prod(shape[a + 1 :]) * itemsize for a in range(ndim)]
+    offset = box[k][0] * strides[k]
+    grids = [np.arange(lo, hi, dtype=np.int64) * strides[a] for a, (lo, hi) in enumerate(box[:k])]
+    if not grids:
+        return np.array([offset], dtype=np.int64), length
+    mesh = functools.reduce(np.add, np.ix_(*grids)) if len(grids) > 1 else grids[0]
+    return np.asarray(mesh, dtype=np.int64).ravel() + offset, length
+
+
+def decoded_fraction(shape: tuple[int, ...], itemsize: int, box: Box, blocksize: int) -> float:
+    """Share of a chunk's blocks that decoding ``box`` touches, for blocks of ``blocksize``."""
+    total = math.prod(shape) * itemsize
+    if total == 0:
+        return 1.0
+    lay = layout(tuple(shape), itemsize, tuple(box), min(blocksize, total), total)
+    return len(lay.blocks) / math.ceil(total / min(blocksize, total))
+
+
+_scratch = threading.local()
+
+
+def _chunk_scratch(nbytes: int) -> np.ndarray:
+    """This thread's chunk-sized scratch (only the pages a decode writes are touched)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size != nbytes:
+        buf = _scratch.buf = np.empty(nbytes, dtype=np.uint8)
+    return buf
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a box lives in a chunk's blocks (the same for every chunk of an array)."""
+
+    starts: np.ndarray  # decoded byte offset of each contiguous run of the box
+    length: int  # bytes of each run
+    blocks: np.ndarray  # the blocks holding the box, sorted
+    spans: tuple[tuple[int, int], ...]  # decoded byte ranges of runs of consecutive blocks
+    decoded: int  # bytes of the blocks
+
+
+@functools.lru_cache(maxsize=4096)
+def layout(shape: tuple[int, ...], itemsize: int, box: Box, blocksize: int, nbytes: int) -> Layout:
+    """The :class:`Layout` of ``box`` in a C-ordered chunk of ``shape`` stored in blocks of
+    ``blocksize`` bytes (``nbytes`` decoded in all)."""
+    starts, length = box_segments(shape, itemsize, box)
+    if length <= 0:
+        blocks = np.empty(0, dtype=np.int64)
+    else:
+        first = starts // blocksize
+        last = (starts + length - 1) // blocksize
+        if len(starts) == 1:
+            blocks = np.arange(int(first[0]), int(last[0]) + 1, dtype=np.int64)
+        else:  # mark [first, last] of every run at once: +1 at its first, -1 after its last
+            marks = np.zeros(math.ceil(nbytes / blocksize) + 1, dtype=np.int64)
+            np.add.at(marks, first, 1)
+            np.add.at(marks, last + 1, -1)
+            blocks = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+    spans = tuple((a * blocksize, min(b * blocksize, nbytes)) for a, b in _runs(blocks))
+    decoded = sum(hi - lo for lo, hi in spans)
+    starts.flags.writeable = False
+    blocks.flags.writeable = False
+    return Layout(starts, length, blocks, spans, decoded)
+
+
+def decode_box(
+    buf: np.ndarray,
+    head: BloscHead,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    box: Box,
+    where: object,
+) -> tuple[np.ndarray, int]:
+    """The values of ``box`` of a chunk of ``shape`` stored as the frame in ``buf`` (every
+    byte of it, or a sparse copy holding the head and the blocks ``box`` needs), and the
+    bytes of blocks decoded. ``dtype`` is the stored dtype (byte order included)."""
+    items = item_decoder()
+    if items is None:
+        raise PartsUnsupported("C-Blosc2 is not available")
+    itemsize = dtype.itemsize
+    if head.nbytes != math.prod(shape) * itemsize:
+        raise CorruptChunkError(
+            f"{where}: blosc header says {head.nbytes} decoded bytes, expected "
+            f"{math.prod(shape) * itemsize}"
+        )
+    lay = layout(shape, itemsize, box, head.blocksize, head.nbytes)
+    check_blocks(head, buf, lay.blocks, where)
+    out_shape = tuple(hi - lo for lo, hi in box)
+    out = buffers.empty(math.prod(out_shape) * itemsize).view(dtype).reshape(out_shape)
+    ts = head.typesize
+    src = buf[: head.cbytes] if len(buf) >= head.cbytes else buf
+    if len(lay.starts) == 1:  # one run: straight into the output
+        _items(items, src, int(lay.starts[0]), lay.length, out.ctypes.data, ts, where)
+    else:
+        scratch = _chunk_scratch(head.nbytes)
+        for lo, hi in lay.spans:
+            _items(items, src, lo, hi - lo, scratch.ctypes.data + lo, ts, where)
+        whole = scratch.view(dtype).reshape(shape)
+        out[...] = whole[tuple(slice(lo, hi) for lo, hi in box)]
+    return out, lay.decoded
+
+
+def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted block numbers -> ``[first, stop)`` runs of consecutive blocks."""
+    out: list[tuple[int, int]] = []
+    for b in blocks.tolist():
+        if out and b == out[-1][1]:
+            out[-1] = (out[-1][0], b + 1)
+        else:
+            out.append((b, b + 1))
+    return out
+
+
+def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, where: object) -> None:  # type: ignore[no-untyped-def]
+    if start % ts or nbytes % ts:
+        raise PartsUnsupported("a region that does not start on a whole blosc item")
+    got = items(src, start // ts, nbytes // ts, dest, nbytes)
+    if got != nbytes:
+        raise CorruptChunkError(
+            f"{where}: blosc blocks decode to {got} bytes instead of {nbytes} (corrupt data)"
+            if got >= 0 else f"{where}: blosc cannot decode the stored blocks (error {got})"
+        )
+
+
+def sparse_frame(head: BloscHead) -> np.ndarray:
+    """This thread's frame-sized buffer with the head in place; the caller puts the block
+    ranges it fetched at their offsets (the rest is never read by :func:`decode_box`).
+    Valid until this thread's next call."""
+    out = getattr(_scratch, "frame", None)
+    if out is None or out.size < head.cbytes:
+        out = _scratch.frame = np.empty(max(head.cbytes, 2 * (0 if out is None else out.size)), dtype=np.uint8)
+    out = out[: head.cbytes]
+    out[: len(head.raw)] = head.raw
+    return out

@@ -1,0 +1,335 @@
+"""Read parts of a Zarr array's blosc chunks: only the blocks a region needs, by byte range.
+
+:class:`BloscParts` is what :meth:`ZarrSource.partial_reader` returns for an array whose
+chunks are C-ordered blosc frames (and C-Blosc2 is loaded). The engine asks it
+
+- :meth:`BloscParts.worth` -- does decoding ``box`` of a chunk pay (at most
+  :data:`PART_FRACTION` of the chunk's blocks; the block size is learned from the frames read);
+- :meth:`BloscParts.read` -- the values of ``box``, from the stored frame when the engine holds
+  it (its encoded tier), else by reading the frame's head (header and block table: kept by the
+  engine too) and then only the byte ranges of the blocks needed -- ``pread`` for local files,
+  HTTP range requests for remote stores, coalesced;
+- :meth:`BloscParts.read_stored` -- a chunk's stored bytes, undecoded (the prefetcher's cheap
+  read-ahead for remote stores).
+
+For remote stores a cold part pays two round trips (head, then blocks) where the whole frame
+takes one: :class:`Link` measures this store's latency and bandwidth from its own requests and
+the reader fetches ranges only when they are expected to be faster (large frames, slow links).
+The range fetch is one small function, :func:`fetch_range`, over ``ZarrSource._fetch_remote``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptChunkError
+from . import buffers
+from ._cblosc2 import item_decoder
+from .blosc_partial import (
+    PREFIX,
+    BloscHead,
+    Box,
+    PartsUnsupported,
+    decode_box,
+    decoded_fraction,
+    head_length,
+    layout,
+    parse_head,
+    sparse_frame,
+)
+from .bytes import LocalFiles
+from .local_parts import PartRead, Where, read_local_parts
+
+#: a ZarrSource (not imported: it imports this module)
+ZarrSource = Any
+
+#: decode a part when it needs at most this share of the chunk's blocks
+PART_FRACTION = 0.5
+#: the largest block size assumed until a frame of the array has been read
+GUESS_BLOCKSIZE = 1 << 16
+_MEMO = 4096
+
+
+class Link:
+    """This store's request latency and bandwidth, measured from its own requests."""
+
+    def __init__(self) -> None:
+        self.latency: float | None = None
+        self.bandwidth: float | None = None
+
+    def record(self, nbytes: int, seconds: float) -> None:
+        if nbytes <= 1 << 16:
+            self.latency = seconds if self.latency is None else 0.7 * self.latency + 0.3 * seconds
+        elif nbytes >= 1 << 18:
+            rate = nbytes / max(1e-4, seconds - (self.latency or 0.0))
+            self.bandwidth = rate if self.bandwidth is None else 0.7 * self.bandwidth + 0.3 * rate
+
+    def ranges_pay(self, whole: int, needed: int, head_known: bool) -> bool:
+        """Whether fetching ``needed`` bytes by range (after the head, unless known) beats
+        fetching the ``whole`` frame. Unmeasured: ranges first (measures the latency), then
+        one whole frame (measures the bandwidth)."""
+        if self.latency is None:
+            return True
+        if self.bandwidth is None:
+            return False
+        trips = 1 if head_known else 2
+        return trips * self.latency + needed / self.bandwidth < self.latency + whole / self.bandwidth
+
+    def gap(self) -> int:
+        """Ranges closer than this many bytes are fetched as one (a gap costs less than a
+        request)."""
+        if self.latency is None or self.bandwidth is None:
+            return 1 << 16
+        return int(min(1 << 24, self.latency * self.bandwidth))
+
+
+def reader_for(source: ZarrSource) -> BloscParts | None:
+    """A part reader for ``source``, or None when its chunks must be read whole."""
+    chain = source._chain
+    if chain is None or chain.crc32c or chain.order != "C" or chain.compressor is None:
+        return None
+    if getattr(chain.compressor, "codec_id", None) != "blosc" or item_decoder() is None:
+        return None
+    if source._shards is not None:
+        return None  # inner chunks of shards: read by the shard reader, whole
+    if not source.remote and not isinstance(source._bytes, LocalFiles):
+        return None  # zarr Store objects, memory:// and other filesystems: read whole
+    return BloscParts(source)
+
+
+class BloscParts:
+    """Reads parts of the chunks of one blosc-compressed Zarr array."""
+
+    def __init__(self, source: ZarrSource) -> None:
+        assert source._chain is not None
+        self.source = source
+        self.shape = tuple(source.chunks)  # stored chunks are whole, also at the edges
+        self.dtype = np.dtype(source._chain.dtype)  # as stored (byte order included)
+        self.remote = bool(source.remote)
+        self.blocksize: int | None = None
+        self.head_len: int | None = None
+        self.ratio: float | None = None  # stored / decoded bytes, last frame seen
+        self.link = Link()
+        self._worth: dict[Box, bool] = {}
+        self.unsupported = False
+
+    # -- planning ----------------------------------------------------------------------------
+    def worth(self, box: Box) -> bool:
+        """Whether decoding only ``box`` of a chunk pays (few of its blocks)."""
+        if self.unsupported:
+            return False
+        found = self._worth.get(box)
+        if found is None:
+            blocksize = self.blocksize or self._guess()
+            found = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) <= PART_FRACTION
+            if len(self._worth) >= _MEMO:
+                self._worth.clear()
+            self._worth[box] = found
+        return found
+
+    def _guess(self) -> int:
+        """The block size to plan with before a frame was read: blosc's automatic sizes
+        are tens of KiB; a chunk is assumed to hold at least 16 blocks."""
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        return max(self.dtype.itemsize, min(GUESS_BLOCKSIZE, nbytes // 16))
+
+    def _learn(self, head: BloscHead) -> None:
+        if head.special or head.memcpyed:
+            return
+        if head.blocksize != self.blocksize:
+            self.blocksize = head.blocksize
+            self._worth.clear()
+        self.head_len = head.head_len
+        self.ratio = head.cbytes / max(1, head.nbytes)
+
+    # -- reading -----------------------------------------------------------------------------
+    async def read(
+        self,
+        index: tuple[int, ...],
+        box: Box,
+        *,
+        stored: np.ndarray | None = None,
+        head: BloscHead | None = None,
+        keep: bool = False,
+    ) -> PartRead:
+        """The values of ``box`` of chunk ``index``: from ``stored`` (the frame, held by the
+        engine) when given, else from the store (``head``: the frame's head, when held;
+        ``keep``: read the whole frame, to be held)."""
+        loop = asyncio.get_running_loop()
+        if stored is not None:
+            return await loop.run_in_executor(None, self._from_frame, stored, index, box, 0)
+        if not self.remote:
+            return await loop.run_in_executor(None, self._read_local, index, box, head, keep)
+        return await self._read_remote(index, box, head, keep)
+
+    def read_here(
+        self,
+        index: tuple[int, ...],
+        box: Box,
+        *,
+        stored: np.ndarray | None = None,
+        head: BloscHead | None = None,
+        keep: bool = False,
+    ) -> PartRead:
+        """:meth:`read` in the calling thread (a local store's frames only)."""
+        if stored is not None:
+            return self._from_frame(stored, index, box, 0)
+        if self.remote:
+            raise TypeError("a remote store's parts are read on the engine's loop")
+        return self._read_local(index, box, head, keep)
+
+    async def read_stored(self, index: tuple[int, ...]) -> np.ndarray:
+        """Chunk ``index`` as stored (undecoded)."""
+        if self.remote:
+            t0 = time.perf_counter()
+            data = await self.source._fetch_remote(index)
+            self.link.record(len(data), time.perf_counter() - t0)
+            return np.frombuffer(data, dtype=np.uint8)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._read_file, index)
+
+    def decode_stored(self, index: tuple[int, ...], stored: np.ndarray) -> np.ndarray:
+        """The whole chunk ``index`` decoded from its stored bytes."""
+        return self.source._decode(stored, index)
+
+    # -- the steps ---------------------------------------------------------------------------
+    def _from_frame(self, frame: np.ndarray, index: tuple[int, ...], box: Box, moved: int) -> PartRead:
+        """Decode ``box`` from the whole stored ``frame``."""
+        where = Where(self.source, index)
+        try:
+            head = parse_head(frame, where)
+            self._learn(head)
+            values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
+        except PartsUnsupported:
+            self.unsupported = True
+            whole = self.source._decode(frame, index)
+            values, decoded = whole[box_slices(box)], whole.nbytes
+        return PartRead(self._native(values), moved, decoded)
+
+    def _read_file(self, index: tuple[int, ...]) -> np.ndarray:
+        path = os.path.join(self.source._local_root, self.source.chunk_key(index))
+        try:
+            with open(path, "rb", buffering=0) as f:
+                size = os.fstat(f.fileno()).st_size
+                frame = buffers.empty(size)
+                n = f.readinto(memoryview(frame))  # type: ignore[arg-type]
+        except FileNotFoundError:
+            raise self.source._missing(index) from None
+        return frame[:n]
+
+    def _read_local(
+        self, index: tuple[int, ...], box: Box, head: BloscHead | None, keep: bool
+    ) -> PartRead:
+        return self.read_many([(index, box, head)], keep)[0]
+
+    def read_many(self, items: list[tuple[tuple[int, ...], Box, BloscHead | None]], keep: bool = False) -> list[Any]:
+        """Parts of local frames, their I/O batched (:func:`.local_parts.read_local_parts`):
+        a ``PartRead`` per item, or (in a list of several) the exception it raised; one
+        item raises it."""
+        if keep or self.unsupported:
+            out: list[Any] = []
+            for index, box, _ in items:
+                try:
+                    frame = self._read_file(index)
+                    result = self._from_frame(frame, index, box, frame.size)
+                    result.stored = frame if keep else None
+                    out.append(result)
+                except Exception as exc:  # noqa: BLE001
+                    out.append(exc)
+        else:
+            out = read_local_parts(self, items)
+            if any(isinstance(r, PartsUnsupported) for r in out):
+                self.unsupported = True
+                redo = [i for i, r in enumerate(out) if isinstance(r, PartsUnsupported)]
+                for i, r in zip(redo, self.read_many([items[i] for i in redo])):
+                    out[i] = r
+        if len(items) == 1 and isinstance(out[0], BaseException):
+            raise out[0]
+        return out
+
+    def _blocks(self, head: BloscHead, box: Box) -> np.ndarray:
+        return layout(self.shape, self.dtype.itemsize, box, head.blocksize, head.nbytes).blocks
+
+    async def _read_remote(
+        self, index: tuple[int, ...], box: Box, head: BloscHead | None, keep: bool
+    ) -> PartRead:
+        loop = asyncio.get_running_loop()
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        whole = head.cbytes if head is not None else int(nbytes * (self.ratio or 1.0))
+        blocksize = self.blocksize or self._guess()
+        needed = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) * whole
+        if keep or self.unsupported or not self.link.ranges_pay(whole, int(needed), head is not None):
+            t0 = time.perf_counter()
+            data = await self.source._fetch_remote(index)
+            self.link.record(len(data), time.perf_counter() - t0)
+            frame = np.frombuffer(data, dtype=np.uint8)
+            result = await loop.run_in_executor(None, self._from_frame, frame, index, box, len(data))
+            result.stored = frame  # fetching it again would cost a round trip: the engine keeps it
+            return result
+        where = Where(self.source, index)
+        moved, fresh, data = 0, None, b""
+        if head is None:
+            want = max(PREFIX, self.head_len or 4096)
+            data = await fetch_range(self, index, 0, want)
+            need = head_length(data, where)
+            if need > len(data):
+                data += await fetch_range(self, index, len(data), need)
+            moved += len(data)
+            try:
+                fresh = head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
+            except PartsUnsupported:
+                self.unsupported = True
+                return await self._read_remote(index, box, None, keep)
+            self._learn(head)
+        ranges = head.block_ranges(self._blocks(head, box), self.link.gap())
+        have = len(data)  # the head's request may have brought the first blocks along
+
+        async def get(a: int, b: int) -> bytes:
+            return data[a:b] if b <= have else await fetch_range(self, index, a, b)
+
+        datas = await asyncio.gather(*(get(a, b) for a, b in ranges))
+        moved += sum(len(d) for (a, b), d in zip(ranges, datas) if b > have)
+        try:
+            result = await loop.run_in_executor(None, self._from_ranges, head, ranges, datas, index, box)
+        except PartsUnsupported:
+            self.unsupported = True
+            return await self._read_remote(index, box, head, keep)
+        result.moved, result.head = moved, fresh
+        return result
+
+    def _from_ranges(
+        self, head: BloscHead, ranges: list[tuple[int, int]], datas: list[bytes], index: tuple[int, ...], box: Box
+    ) -> PartRead:
+        where = Where(self.source, index)
+        frame = sparse_frame(head)
+        for (a, b), data in zip(ranges, datas):
+            if len(data) != b - a:
+                raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {len(data)}")
+            frame[a:b] = np.frombuffer(data, dtype=np.uint8)
+        values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
+        return PartRead(self._native(values), 0, decoded)
+
+    def _native(self, values: np.ndarray) -> np.ndarray:
+        return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
+
+
+async def fetch_range(parts: BloscParts, index: tuple[int, ...], start: int, stop: int) -> bytes:
+    """Bytes ``start:stop`` of chunk ``index`` as stored (short at the object's end). A
+    server that ignores the range and sends the whole object is answered from it."""
+    t0 = time.perf_counter()
+    data = await parts.source._fetch_remote(index, start, stop)
+    parts.link.record(len(data), time.perf_counter() - t0)
+    if len(data) > stop - start:  # the whole object came back
+        data = data[start:stop]
+    return data
+
+
+def box_slices(box: Box) -> tuple[slice, ...]:
+    """``box`` as slices."""
+    return tuple(slice(lo, hi) for lo, hi in box)
