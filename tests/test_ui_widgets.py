@@ -258,8 +258,13 @@ def test_standalone_stats_panel_maps_the_newest_explorers_plane(cube):
     ds, _ = cube
     with ds.tse.explore(stats=False) as ex, tse.stats_panel(interval=0.1) as panel:
         ex.controller.wait(timeout=10)
-        panel.tick()
-        states = panel.chunk_source.data["image"][0]
+        deadline = time.monotonic() + 5  # the panel's own timer may land an older tick last
+        while True:
+            panel.tick()
+            states = panel.chunk_source.data["image"][0]
+            if (states == 2).all() or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert states.shape == (2, 2) and (states == 2).all()
         assert panel.chunk_counts.tolist() == [0, 0, 4, 0]  # cached; none in flight or absent
 
