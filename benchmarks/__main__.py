@@ -19,6 +19,7 @@ ENTRY_POINTS = {
     "scan": "scan:main",
     "patches": "patches:main",
     "ui": "ui:main",
+    "advise": "advise:main",
 }
 ALL = ("play", "scrub", "jump", "profile", "scan", "patches")
 

@@ -163,7 +163,12 @@ class PartReads:
         todo = [i for i, st in enumerate(held) if st is None]
         raw: dict[int, Any] = {}
         if todo:
-            got = parts.read_many([(items[i][0], items[i][1], heads[i]) for i in todo], keep)
+            try:
+                got = parts.read_many([(items[i][0], items[i][1], heads[i]) for i in todo], keep)
+            except Exception as exc:  # noqa: BLE001 - one item raises its own error: checked below
+                if len(todo) != 1:
+                    raise
+                got = [exc]
             raw = dict(zip(todo, got))
         out: list[Any] = []
         for i, (index, box) in enumerate(items):

@@ -98,8 +98,8 @@ def reader_for(source: ZarrSource) -> BloscParts | None:
         return None
     if source._shards is not None:
         return None  # inner chunks of shards: read by the shard reader, whole
-    if not source.remote and not isinstance(source._bytes, LocalFiles):
-        return None  # zarr Store objects, memory:// and other filesystems: read whole
+    if not isinstance(source._bytes, LocalFiles) and not (source.remote and source.is_async):
+        return None  # zarr Store objects, memory:// and other blocking filesystems: read whole
     return BloscParts(source)
 
 
