@@ -64,7 +64,8 @@ def read_selection(
     indices = list(plan.chunk_indices())
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
-    boxes = part_boxes(plan, source)  # thin regions of blosc chunks: only their blocks
+    # thin regions of blosc chunks: only their blocks (unless a steady pattern reads them all)
+    boxes = part_boxes(plan, source, engine.prefetcher.following(source))
     items = engine.request_mixed(
         source, indices, priority, channel=channel, generation=generation, cache=cache,
         boxes=boxes,

@@ -338,7 +338,7 @@ class Prefetcher:
                 run = steady_steps(history)
                 steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
-                if key is not None and part_boxes(plan, source) is not None:
+                if key is not None and part_boxes(plan, source, following=True) is not None:
                     views = self._views(source, key, history, axis, slab_latency)
                 if targets or views:
                     return ("momentum", axis, direction), targets, views, steady
