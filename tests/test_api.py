@@ -5,7 +5,6 @@ error messages for bad input, import hygiene and the layering of the package.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import os
 import subprocess
@@ -33,14 +32,6 @@ from tsexplore.xarray import TsExploreBackendEntrypoint, sources_of
 PACKAGE = Path(tse.__file__).resolve().parent
 GUI = ("ipywidgets", "holoviews", "bokeh", "panel", "IPython")
 HEAVY = ("ipywidgets", "holoviews", "bokeh", "panel", "anywidget", "torch", "tensorflow", "cupy")
-
-
-@pytest.fixture(autouse=True)
-def restore_settings():
-    before = tse.config.get()
-    yield
-    tse.close()
-    tse.config.set(**dataclasses.asdict(before))
 
 
 @pytest.fixture(scope="module")

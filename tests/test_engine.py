@@ -39,15 +39,6 @@ from tsexplore.sources.base import SourceOptions, count_retry
 from tsexplore.testing.wrappers import CountingSource, FaultySource, LatencySource
 
 
-@pytest.fixture(autouse=True)
-def restore_settings():
-    """Tests change settings; put them back (and start from a fresh engine)."""
-    before = tse.config.get()
-    yield
-    tse.close()
-    tse.config.set(**dataclasses.asdict(before))
-
-
 def region(src: SyntheticSource, idx: tuple[int, ...]) -> np.ndarray:
     return src.evaluate(src.chunk_slices(idx))
 

@@ -10,7 +10,6 @@ ReadTimeoutError within its bound, a body cut short is retried, nothing is silen
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -74,14 +73,6 @@ def s3_store(store: tuple[Path, np.ndarray], moto_s3: Any) -> str:
     prefix = f"http-{uuid.uuid4().hex[:6]}/remote.zarr"
     moto_s3.upload(store[0], prefix)
     return prefix
-
-
-@pytest.fixture(autouse=True)
-def restore_settings():
-    before = tse.config.get()
-    yield
-    tse.close()
-    tse.config.set(**dataclasses.asdict(before))
 
 
 @dataclass

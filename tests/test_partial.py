@@ -6,7 +6,6 @@ what they decoded; other codecs keep whole-chunk decoding.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
@@ -28,14 +27,6 @@ from tsexplore.sources.parts import Link
 pytestmark = pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
 
 SHAPE, CHUNKS = (40, 64, 96), (16, 32, 32)  # edge chunks on time; 16 frames of 4 KiB a chunk
-
-
-@pytest.fixture(autouse=True)
-def restore_settings():
-    before = tse.config.get()
-    yield
-    tse.close()
-    tse.config.set(**dataclasses.asdict(before))
 
 
 def write(path: Path, compressors=None, fmt: int = 3, dtype: str = "float32", order: str = "C"):  # type: ignore[no-untyped-def]

@@ -10,7 +10,6 @@ data the test wrote, as in ``test_sources_conformance``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -38,14 +37,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 CODECS = ["zstd", "sharding", "sharding-start"]
-
-
-@pytest.fixture(autouse=True)
-def restore_settings():
-    before = tse.config.get()
-    yield
-    tse.close()
-    tse.config.set(**dataclasses.asdict(before))
 
 
 def _store_case(store: Any, codec: str, consolidate: bool = True, reopen: Any = None) -> Case:
