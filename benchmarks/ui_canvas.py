@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tsexplore.testing.lab import EXECUTE
+
 CANVAS_CELLS = [
     "import numpy as np, ipywidgets as w\n"
     "from IPython.display import display\n"
@@ -172,14 +174,6 @@ PAINTED = """() => {
   }
   return window.__tse_log;
 }"""
-EXECUTE = """(code) => new Promise((resolve) => {
-  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-  const f = k.requestExecute({code});
-  let text = '';
-  f.onIOPub = (m) => { if (m.header.msg_type === 'stream') text += m.content.text;
-                       if (m.header.msg_type === 'error') text += 'ERROR ' + m.content.evalue; };
-  f.done.then(() => resolve(text));
-})"""
 
 
 def _printed(text: Any, tag: str) -> dict[str, Any]:

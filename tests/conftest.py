@@ -75,3 +75,27 @@ def fresh_engine():
             f"engine threads still alive 2 s after tse.close(): {alive}; all threads: "
             f"{sorted(t.name for t in threading.enumerate())}"
         )
+
+
+@pytest.fixture
+def run_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Run a notebook top to bottom in a real kernel on small data under ``tmp_path / "data"``;
+    fails on any cell error. Returns ``(code cells' outputs, their stream text)``."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+
+    def run(notebook: Path, timeout: int = 300) -> tuple[list, str]:
+        monkeypatch.setenv("TSEXPLORE_SAMPLE_SIZE", "small")
+        monkeypatch.setenv("TSEXPLORE_DATA_DIR", str(tmp_path / "data"))
+        nb = nbformat.read(notebook, as_version=4)
+        assert nb.metadata["kernelspec"]["name"] == "python3"
+        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                         resources={"metadata": {"path": str(notebook.parent)}})
+        client.execute()
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        assert not errors, errors
+        text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+        return outputs, text
+
+    return run

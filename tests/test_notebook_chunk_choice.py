@@ -14,19 +14,8 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_chunk_choice.
 
 
 @pytest.mark.slow
-def test_chunk_choice_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TSEXPLORE_SAMPLE_SIZE", "small")
-    monkeypatch.setenv("TSEXPLORE_DATA_DIR", str(tmp_path / "data"))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    assert nb.metadata["kernelspec"]["name"] == "python3"
-    client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
-    )
-    client.execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    errors = [o for o in outputs if o.get("output_type") == "error"]
-    assert not errors, errors
-    text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+def test_chunk_choice_notebook_runs(tmp_path, run_notebook):
+    outputs, text = run_notebook(NOTEBOOK)
     assert "sample size: small" in text
     for pattern in ("scrub", "profile", "patches"):
         assert re.search(rf"{pattern}: .+ wins \([\d.]+ ms per access", text), pattern

@@ -15,7 +15,7 @@ chunks are C-ordered blosc frames (and C-Blosc2 is loaded). The engine asks it
 For remote stores a cold part pays two round trips (head, then blocks) where the whole frame
 takes one: :class:`Link` measures this store's latency and bandwidth from its own requests and
 the reader fetches ranges only when they are expected to be faster (large frames, slow links).
-The range fetch is one small function, :func:`fetch_range`, over ``ZarrSource._fetch_remote``.
+The range fetch is one small function, :func:`fetch_range`, over ``ZarrSource._fetch_stored``.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class BloscParts:
         """Chunk ``index`` as stored (undecoded)."""
         if self.remote:
             t0 = time.perf_counter()
-            data = await self.source._fetch_remote(index)
+            data = await self.source._fetch_stored(index)
             self.link.record(len(data), time.perf_counter() - t0)
             return np.frombuffer(data, dtype=np.uint8)
         loop = asyncio.get_running_loop()
@@ -266,7 +266,7 @@ class BloscParts:
         needed = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) * whole
         if keep or self.unsupported or not self.link.ranges_pay(whole, int(needed), head is not None):
             t0 = time.perf_counter()
-            data = await self.source._fetch_remote(index)
+            data = await self.source._fetch_stored(index)
             self.link.record(len(data), time.perf_counter() - t0)
             frame = np.frombuffer(data, dtype=np.uint8)
             result = await loop.run_in_executor(None, self._from_frame, frame, index, box, len(data))
@@ -323,7 +323,7 @@ async def fetch_range(parts: BloscParts, index: tuple[int, ...], start: int, sto
     """Bytes ``start:stop`` of chunk ``index`` as stored (short at the object's end). A
     server that ignores the range and sends the whole object is answered from it."""
     t0 = time.perf_counter()
-    data = await parts.source._fetch_remote(index, start, stop)
+    data = await parts.source._fetch_stored(index, start, stop)
     parts.link.record(len(data), time.perf_counter() - t0)
     if len(data) > stop - start:  # the whole object came back
         data = data[start:stop]

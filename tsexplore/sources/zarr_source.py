@@ -179,12 +179,7 @@ class ZarrSource(ChunkSource):
         if self._bytes.sync:
             ctx = contextvars.copy_context()
             return await loop.run_in_executor(None, ctx.run, self._read_sync, index)
-        try:
-            buf = await self._bytes.get(self.chunk_key(index))
-        except ChunkReadError as exc:
-            raise self._named(exc, index) from exc
-        if buf is None:
-            raise self._missing(index)
+        buf = await self._fetch_stored(index)
         arr = await loop.run_in_executor(None, self._decode, buf, index)
         return arr, len(buf)
 
@@ -249,11 +244,11 @@ class ZarrSource(ChunkSource):
         return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
     # -- the zarr-decoded path ----------------------------------------------------------------
-    async def _fetch_remote(
+    async def _fetch_stored(
         self, index: ChunkIndex, start: int | None = None, end: int | None = None
     ) -> Any:
-        """The stored chunk ``index`` (bytes ``start:end`` of it when given) from the byte
-        store, with its retries; a part comes back as ``bytes`` (the part reader joins them),
+        """The stored chunk ``index`` (bytes ``start:end`` of it when given) from the
+        (asynchronous) byte store, with its retries, named and a missing one raised; a part comes back as ``bytes`` (the part reader joins them),
         a whole chunk as the store's buffer."""
         rng = None if start is None and end is None else ByteRange(start or 0, end)
         try:
