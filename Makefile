@@ -16,7 +16,7 @@ $(VENV)/.installed-test: pyproject.toml
 $(VENV)/.installed-lab: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[lab,distributed,torch,tf]"
+	$(PY) -m pip install -q -e ".[lab,distributed,torch,tf,cloud]" "moto[server]>=5.0"
 	touch $@
 
 lab: $(VENV)/.installed-lab
