@@ -55,6 +55,10 @@ def moto_s3():
         server.close()
 
 
+#: seconds a test's teardown waits for the engine's threads to stop after ``tse.close()``
+THREAD_STOP_BOUND = 30.0
+
+
 @pytest.fixture(autouse=True)
 def fresh_engine():
     """Every test starts and ends with no engine threads running, and with the settings it
@@ -64,16 +68,16 @@ def fresh_engine():
     yield
     tse.close()
     tse.config._settings = settings
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        alive = [t.name for t in threading.enumerate() if t.name.startswith("tsexplore-io")]
-        if not alive:
-            break
-        time.sleep(0.02)
-    else:
+    # close() asks every engine thread to stop; a loaded machine may take a while to get
+    # there, so wait on the threads themselves (generously) and name any that is left
+    deadline = time.monotonic() + THREAD_STOP_BOUND
+    for thread in [t for t in threading.enumerate() if t.name.startswith("tsexplore-io")]:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("tsexplore-io")]
+    if alive:
         pytest.fail(
-            f"engine threads still alive 2 s after tse.close(): {alive}; all threads: "
-            f"{sorted(t.name for t in threading.enumerate())}"
+            f"engine threads still alive {THREAD_STOP_BOUND:.0f} s after tse.close(): {alive}; "
+            f"all threads: {sorted(t.name for t in threading.enumerate())}"
         )
 
 

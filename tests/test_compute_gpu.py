@@ -1,8 +1,9 @@
 """backend="cupy": reductions on the GPU through pinned staging buffers.
 
 Each check runs twice: on a real GPU (``gpu`` marker; skipped without CuPy and a device) and
-on a NumPy-backed stand-in for CuPy, so the GPU code path (no data-dependent branches,
-staging, stream handling) is exercised on every machine. Self-contained: the data is made
+on a NumPy-backed stand-in for CuPy whose copies and events complete later on another thread
+(``tests/_fake_cupy.py``), so the GPU code path (no data-dependent branches, staging, the
+wait before a staging buffer is reused, stream handling) is exercised on every machine. Self-contained: the data is made
 here (synthetic sources and NumPy arrays; the Zarr check skips when zarr is absent).
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
-import types
 
+import _fake_cupy
 import numpy as np
 import pytest
 import xarray as xr
@@ -23,62 +24,6 @@ from tsexplore.sources import SyntheticSource
 OPS = ("sum", "mean", "var", "std", "min", "max", "count")
 
 
-# -- a NumPy-backed stand-in for CuPy ------------------------------------------------------
-class _DeviceArray(np.ndarray):
-    def set(self, host, stream=None):  # noqa: A003 - CuPy's name
-        self[...] = host
-
-
-class _Event:
-    def synchronize(self):
-        pass
-
-
-class _Stream:
-    def __init__(self, non_blocking=False):
-        self.records = 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def synchronize(self):
-        pass
-
-    def record(self):
-        self.records += 1
-        return _Event()
-
-
-class _FakeCupy(types.ModuleType):
-    """``cupy`` made of NumPy: device arrays are an ndarray subclass, streams do nothing."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-
-def _fake_cupy() -> types.ModuleType:
-    cp = _FakeCupy("cupy")
-    cp.ndarray = _DeviceArray
-    cp.empty = lambda shape, dtype=float: np.empty(shape, dtype).view(_DeviceArray)
-    cp.asnumpy = lambda a, stream=None: np.array(a).view(np.ndarray)
-    cp.pinned_allocations = []
-
-    def alloc_pinned_memory(n):
-        buf = bytearray(n)
-        cp.pinned_allocations.append(n)
-        return buf
-
-    cp.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
-        Stream=_Stream,
-        alloc_pinned_memory=alloc_pinned_memory,
-    )
-    return cp
-
-
 @pytest.fixture(
     params=[
         pytest.param("gpu", marks=pytest.mark.gpu),
@@ -86,16 +31,19 @@ def _fake_cupy() -> types.ModuleType:
     ]
 )
 def cupy(request, monkeypatch):
-    """The real CuPy on a GPU machine, or the NumPy stand-in."""
+    """The real CuPy on a GPU machine, or the NumPy stand-in (tests/_fake_cupy.py: its
+    copies and events complete later, on another thread)."""
     if request.param == "gpu":
         if not gpu_available():
             pytest.skip("needs CuPy and a CUDA GPU")
         import cupy as real
 
-        return real
-    fake = _fake_cupy()
+        yield real
+        return
+    fake = _fake_cupy.fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    return fake
+    yield fake
+    _fake_cupy.close(fake)
 
 
 def _data(seed=0, shape=(40, 33, 20)):
@@ -113,7 +61,7 @@ def test_cupy_matches_numpy_and_xarray(cupy, op):
         got = tse.reduce(da, op, dim=dim, backend="cupy", progress=False)
         cpu = tse.reduce(da, op, dim=dim, backend="numpy", progress=False)
         want = getattr(da, op)(dim=dim)
-        assert isinstance(got.data, np.ndarray)  # results come back to the host
+        assert type(got.data) is np.ndarray  # results come back to the host
         xr.testing.assert_allclose(got, want, rtol=1e-6)
         xr.testing.assert_allclose(got, cpu, rtol=1e-6)
         assert got.dtype == want.dtype
@@ -208,3 +156,47 @@ def test_zarr_cube_on_the_gpu(cupy, tmp_path):
     for op in ("mean", "std", "max"):
         got = tse.reduce(ds["temp"], op, "time", backend="cupy", progress=False)
         xr.testing.assert_allclose(got, getattr(ref, op)("time"), rtol=1e-6)
+
+
+# -- batches on the GPU ----------------------------------------------------------------------
+BATCHES = {"sample": {"time": 4, "y": 8, "x": 8}, "batch_size": 5, "shuffle": True, "seed": 3}
+
+
+def _batch_source():
+    src = SyntheticSource((32, 40, 40), (8, 20, 20), "float32")
+    return tse.open_dataset(src)["data"]
+
+
+def test_batches_on_the_gpu_equal_the_host_batches(cupy):
+    da = _batch_source()
+    host = list(tse.batches(da, **BATCHES))
+    device = list(tse.batches(da, backend="cupy", **BATCHES))
+    assert len(host) == len(device) > 0
+    for h, d in zip(host, device):
+        assert type(h) is np.ndarray
+        assert isinstance(d, cupy.ndarray) and type(d) is not np.ndarray  # on the device
+        np.testing.assert_array_equal(cupy.asnumpy(d), h)
+
+
+def test_torch_batches_of_device_arrays_are_cuda_tensors(cupy, monkeypatch):
+    torch = pytest.importorskip("torch")
+    da = _batch_source()
+    host = list(tse.batches(da, **BATCHES))
+    devices = []
+    if not torch.cuda.is_available():  # the stand-in: torch has no CUDA to put them on
+        real = torch.as_tensor
+
+        def as_tensor(value, device=None):
+            devices.append(device)
+            return real(cupy.asnumpy(value))
+
+        monkeypatch.setattr(torch, "as_tensor", as_tensor)
+    tensors = list(tse.batches(da, backend="cupy", **BATCHES).torch())
+    assert len(tensors) == len(host)
+    for t, h in zip(tensors, host):
+        assert isinstance(t, torch.Tensor)
+        np.testing.assert_array_equal(t.cpu().numpy(), h)
+    if devices:
+        assert devices == ["cuda"] * len(host)
+    else:
+        assert all(t.is_cuda for t in tensors)

@@ -125,70 +125,108 @@ def expected(src, req):
     return full[:: req.step[0], :: req.step[1]]
 
 
+class Gated(SyntheticSource):
+    """A synthetic source whose reads of the slices in ``gated`` wait until ``gate`` opens.
+
+    It records the threads that read (never the caller's: ``update`` does no I/O) and
+    whether a read gave up waiting (a test that blocked on I/O would show it).
+    """
+
+    def __init__(self, *args, gated=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gated = gated  # None: every slice waits
+        self.gate = threading.Event()
+        self.started = threading.Event()  # a gated read has begun
+        self.finished = threading.Event()  # a gated read has returned
+        self.threads: set[int] = set()
+        self.gave_up = False
+
+    def read_chunk_sync(self, index):
+        self.threads.add(threading.get_ident())
+        if self.gated is None or index[0] in self.gated:
+            self.started.set()
+            if not self.gate.wait(30):
+                self.gave_up = True
+            out = super().read_chunk_sync(index)
+            self.finished.set()
+            return out
+        return super().read_chunk_sync(index)
+
+
+def wait_idle(ctl, timeout=30.0):
+    """Until the controller has nothing pending or in flight (its view thread is idle)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with ctl._cond:
+            if ctl._pending is None and ctl._outstanding is None:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"the view controller is still busy after {timeout} s: {ctl.counts}")
+
+
 def test_frames_match_the_source_and_update_never_blocks():
-    src = SyntheticSource((6, 300, 400), (1, 100, 100), latency=0.05)
+    src = Gated((6, 300, 400), (1, 100, 100))
     geom = PlaneGeometry.of(src, "y", "x")
     view = FakeView()
     with ViewController(src, geom, engine=get_engine(), state=ViewState(height=150, width=200),
                         view=view) as ctl:
-        t0 = time.perf_counter()
         gen = ctl.update(indices={"time": 3})
-        assert time.perf_counter() - t0 < 0.02  # no I/O on the caller's thread
-        frame = ctl.wait(gen, timeout=10)
+        # update returned while every read is held back: it waited for no I/O ...
+        assert src.started.wait(30) and not src.gate.is_set() and not src.gave_up
+        assert threading.get_ident() not in src.threads  # ... and did none on this thread
+        src.gate.set()
+        frame = ctl.wait(gen, timeout=30)
         assert frame.request.state.index("time") == 3
         np.testing.assert_array_equal(frame.data, expected(src, frame.request))
         np.testing.assert_array_equal(frame.image, to_uint8(frame.data, frame.clim))
         assert frame.data.shape == (150, 200)
         # zoom into one chunk: full resolution there, only that chunk read
         gen = ctl.update(y_range=(100, 199), x_range=(200, 299))
-        frame = ctl.wait(gen, timeout=10)
+        frame = ctl.wait(gen, timeout=30)
         assert frame.request.chunks == ((3, 1, 2),)
         np.testing.assert_array_equal(frame.data, src.evaluate((slice(3, 4), slice(100, 200), slice(200, 300)))[0])
+    assert threading.get_ident() not in src.threads
     assert [f.generation for f in view.frames] == sorted({f.generation for f in view.frames})
 
 
-def test_thousand_events_in_one_second_coalesce():
-    """1,000 slider events in 1 s against a 50 ms store: <= 25 slab reads, last slice shown."""
-    src = SyntheticSource((1000, 128, 128), (1, 128, 128), latency=0.05, options=NO_PREFETCH)
+def test_thousand_events_coalesce_into_two_reads():
+    """1,000 slider events while the first slice's read is held: one read in flight, then
+    the newest request only (every one in between dropped), and the last slice is shown."""
+    src = Gated((1000, 128, 128), (1, 128, 128), options=NO_PREFETCH)
     geom = PlaneGeometry.of(src, "y", "x")
     view = FakeView()
     with ViewController(src, geom, engine=get_engine(), view=view) as ctl:
-        start = time.perf_counter()
-        worst = 0.0
-        for i in range(1000):
-            t = time.perf_counter()
+        ctl.update(indices={"time": 0})
+        assert src.started.wait(30)  # slice 0's read is in flight, held at the gate
+        for i in range(1, 1000):
             ctl.update(indices={"time": i})
-            worst = max(worst, time.perf_counter() - t)
-            time.sleep(max(0.0, start + (i + 1) / 1000 - time.perf_counter()))
-        final = ctl.wait(timeout=10)
+        assert not src.gave_up and ctl.counts["reads"] == 1  # no update waited for the read
+        src.gate.set()
+        final = ctl.wait(timeout=30)
         assert final.request.state.index("time") == 999
         np.testing.assert_array_equal(final.data, src.evaluate((slice(999, 1000), slice(0, 128), slice(0, 128)))[0])
+        wait_idle(ctl)
         assert ctl.counts["updates"] == 1000
-        assert ctl.counts["reads"] <= 25, ctl.counts
-        assert worst < 0.05
+        assert ctl.counts["reads"] == 2, ctl.counts
     gens = [f.generation for f in view.frames]
     times = [f.request.state.index("time") for f in view.frames]
     assert gens == sorted(gens) and len(set(gens)) == len(gens)
     assert times == sorted(times) and times[-1] == 999
-
-
-class SlowFirst(SyntheticSource):
-    """Slice 0 takes 0.4 s, every other slice 10 ms."""
-
-    def read_chunk_sync(self, index):
-        time.sleep(0.4 if index[0] == 0 else 0.01)
-        return super().read_chunk_sync(index)
+    assert set(times) <= {0, 999}
 
 
 def test_an_older_slice_is_never_painted_after_a_newer_one():
-    src = SlowFirst((4, 64, 64), (1, 64, 64), options=NO_PREFETCH)
+    src = Gated((4, 64, 64), (1, 64, 64), gated={0}, options=NO_PREFETCH)
     view = FakeView()
     with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=get_engine(), view=view) as ctl:
         ctl.update(indices={"time": 0})
-        time.sleep(0.05)
+        assert src.started.wait(30)  # slice 0's read is in flight
         gen = ctl.update(indices={"time": 2})
-        ctl.wait(gen, timeout=10)
-        time.sleep(0.5)  # the slow read of slice 0 has finished by now
+        src.gate.set()
+        ctl.wait(gen, timeout=30)
+        assert src.finished.wait(30)  # slice 0's read has returned ...
+        wait_idle(ctl)  # ... and the controller has handled it
+        assert not src.gave_up
     shown = [f.request.state.index("time") for f in view.frames]
     assert shown[-1] == 2
     assert 0 not in shown[shown.index(2):]

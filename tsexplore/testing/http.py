@@ -109,6 +109,11 @@ class StoreServer:
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
         self.bytes_sent = 0
+        #: requests being answered now, the most at once (``reset_peak`` starts it again),
+        #: and stalled requests still stalling (their client gave up or is still waiting)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.stalled_now = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._local = threading.local()  # one upstream connection per server thread
@@ -149,6 +154,20 @@ class StoreServer:
         headers promise all of it) and the connection closes: a body cut short mid-stream."""
         with self._lock:
             self.faults.append(Fault(match, 200, times, 0.0, max(1e-9, min(fraction, 0.999))))
+
+    def reset_peak(self) -> None:
+        """Start counting ``max_in_flight`` again from the requests in flight now."""
+        with self._lock:
+            self.max_in_flight = self.in_flight
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def count(self, match: str) -> int:
         """Requests so far (answered or failed) whose path contains ``match``."""
@@ -237,6 +256,13 @@ def _handler(server: StoreServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _serve(self) -> None:
+            server._enter()
+            try:
+                self._answer()
+            finally:
+                server._leave()
+
+        def _answer(self) -> None:
             path = unquote(urlparse(self.path).path)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
@@ -246,7 +272,10 @@ def _handler(server: StoreServer) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.stall:
                 with server._lock:
                     server.requests.append((self.command, path, 0))
+                    server.stalled_now += 1
                 server._stop.wait(fault.stall)
+                with server._lock:
+                    server.stalled_now -= 1
                 self.close_connection = True  # stalled, then closed without an answer
                 return
             extra: dict[str, str]
