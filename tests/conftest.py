@@ -26,6 +26,26 @@ def _find_shared_data() -> Path:
 
 SHARED_DATA = _find_shared_data()
 
+#: tests that need a whole program beside the test process, by the fixture or file that
+#: starts it; plain ``pytest`` leaves them out (pyproject.toml's ``addopts``), ``make test``
+#: runs them (``-m ""``)
+FIXTURE_MARKS = {"moto_s3": "s3", "run_notebook": "notebook"}
+FILE_MARKS = {"test_compute_distributed.py": "cluster"}
+#: on one pytest-xdist worker, one after the other: each starts a kernel or a browser
+SERIAL = {"notebook", "browser"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(mark)
+        mark = FILE_MARKS.get(item.path.name)
+        if mark:
+            item.add_marker(mark)
+        if any(item.get_closest_marker(m) for m in SERIAL):
+            item.add_marker(pytest.mark.xdist_group("ui"))
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
