@@ -187,7 +187,8 @@ def _run_memory(system: str, params: dict[str, Any], sampler: runner.RssSampler)
     if system == "tsexplore":
         import tsexplore as tse
 
-        da = tse.open_dataset(url, cache_bytes=budget)[var]
+        tse.config.set(cache_bytes=budget)
+        da = tse.open_dataset(url)[var]
         read: Callable[[int], Any] = lambda t: da.isel(time=t).values  # noqa: E731
         high_water = lambda: tse.stats().cache_high_water  # noqa: E731
     elif system == "zarr":

@@ -43,7 +43,8 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
     if system != "tsexplore":
         raise ValueError(f"unknown system {system!r}; known: {SYSTEMS}")
     sampler.mark_baseline()
-    ds = tse.open_dataset(params["url"], cache_bytes=params["budget"])
+    tse.config.set(cache_bytes=params["budget"])
+    ds = tse.open_dataset(params["url"])
     src = next(s for s in ds.tse.sources if getattr(s, "name", None) == common.VARIABLE)
     rng = random.Random(params["seed"])
     nt = src.shape[0]

@@ -23,6 +23,7 @@ from tsexplore.errors import (
     IndexingError,
     MissingDependencyError,
     SourceError,
+    TsExploreDeprecationWarning,
     TsExploreError,
     UnsupportedSourceError,
     missing_dependency,
@@ -217,9 +218,16 @@ def test_open_dataset_accepts_objects() -> None:
     assert list(ds2.data_vars) == ["data"]
 
 
-def test_cache_bytes_sets_the_budget(store: tuple[Path, np.ndarray]) -> None:
-    tse.open_dataset(store[0], cache_bytes=12_345_678)
+def test_the_budget_is_set_once_for_the_process(store: tuple[Path, np.ndarray]) -> None:
+    tse.config.set(cache_bytes=12_345_678)
+    first = tse.open_dataset(store[0])
     assert tse.stats().cache_budget == 12_345_678
+    # the per-open argument sets the same one budget, and says so
+    with pytest.warns(TsExploreDeprecationWarning, match=r"tse.config.set\(cache_bytes=2000000\)"):
+        second = tse.open_dataset(store[0], cache_bytes=2_000_000)
+    assert tse.stats().cache_budget == tse.config.get().cache_bytes == 2_000_000
+    np.testing.assert_array_equal(first["temp"].values, second["temp"].values)
+    assert 0 < tse.stats().cache_bytes <= 2_000_000  # both datasets' chunks, in the one budget
 
 
 # -- errors -----------------------------------------------------------------------------------------

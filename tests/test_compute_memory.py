@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent(
 
     budget = int(sys.argv[1])
     src = SyntheticSource((128, 512, 512), (4, 256, 256), "float32")   # 128 MiB, 1 MiB chunks
-    ds = tse.open_dataset(src, cache_bytes=budget)
+    tse.config.set(cache_bytes=budget)
+    ds = tse.open_dataset(src)
     statm = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     base = statm()
     out = tse.reduce(ds["data"], sys.argv[2], dim="time", progress=False)

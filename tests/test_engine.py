@@ -324,6 +324,99 @@ def test_eight_thread_hammer_stays_within_budget() -> None:
     assert snap.cache_high_water <= snap.cache_budget == budget
 
 
+# -- the one budget, resized live ---------------------------------------------------------------
+
+
+def test_config_set_resizes_the_running_cache_at_once() -> None:
+    values = np.arange(16 * 256 * 256, dtype="float32").reshape(16, 256, 256)
+    src = ArraySource(values, chunks=(1, 256, 256))  # 16 chunks of 256 KiB
+    tse.config.set(cache_bytes=1 << 24)
+    engine = get_engine()
+    for t in range(16):
+        read_selection(src, (t, slice(None), slice(None)), timeout=30)
+    assert tse.stats().cache_bytes == 16 * src.chunk_nbytes()
+    before = tse.stats()
+    small = 3 * src.chunk_nbytes() + 7
+    tse.config.set(cache_bytes=small)  # shrinking evicts before set() returns
+    assert engine.cache.usage() == (3 * src.chunk_nbytes(), small)
+    snap = tse.stats()
+    assert snap.cache_budget == small and snap.cache_bytes <= small
+    assert (snap - before).evictions == 13
+    assert f"cache 0.8/{small / 1e6:.1f} MB" in repr(snap)
+    # the three most recent frames stay, and are hits
+    hits = tse.stats().hits
+    for t in (13, 14, 15):
+        np.testing.assert_array_equal(read_selection(src, (t,), timeout=30), values[t])
+    assert tse.stats().hits - hits == 3
+    tse.config.set(cache_bytes=1 << 24)  # growing keeps what is there
+    assert engine.cache.usage() == (3 * src.chunk_nbytes(), 1 << 24)
+    assert get_engine() is engine
+
+
+def test_an_engine_with_its_own_budget_does_not_follow_the_settings() -> None:
+    from tsexplore.engine import Engine
+
+    with Engine(cache_bytes=1000) as own:
+        tse.config.set(cache_bytes=5000)
+        assert own.cache.budget == 1000
+        assert get_engine().cache.budget == 5000
+    tse.close()
+    tse.config.set(cache_bytes=7000)  # a closed engine no longer listens
+    assert own.cache.budget == 1000 and get_engine().cache.budget == 7000
+
+
+def test_shrinking_the_budget_while_eight_threads_read_never_exceeds_it() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((40, 48, 48)).astype("float32")
+    src = ArraySource(values, chunks=(4, 16, 16))
+    chunk = src.chunk_nbytes()
+    tse.config.set(cache_bytes=40 * chunk)
+    cache = get_engine().cache
+    stop = threading.Event()
+    over: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    budgets = [int(b * chunk) for b in (40, 2.5, 17, 0, 9, 30, 1, 60, 5)]
+
+    def monitor() -> None:
+        while not stop.is_set():
+            used, budget = cache.usage()
+            if used > budget:
+                over.append((used, budget))
+
+    def resizer() -> None:
+        r = random.Random(7)
+        while not stop.is_set():
+            b = r.choice(budgets)
+            tse.config.set(cache_bytes=b)
+            used, budget = cache.usage()
+            if used > b or budget != b:
+                over.append((used, b))
+            time.sleep(0.001)
+
+    def worker(seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            for _ in range(40):
+                key = tuple(slice(a := r.randrange(n), r.randrange(a, n) + 1) for n in values.shape)
+                np.testing.assert_array_equal(read_selection(src, key, timeout=30), values[key])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    helpers = [threading.Thread(target=monitor), threading.Thread(target=resizer)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in helpers + threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stop.set()
+    for t in helpers:
+        t.join(5)
+    assert not errors, errors[0]
+    assert not over, over[:5]
+    used, budget = cache.usage()
+    assert used <= budget == tse.stats().cache_budget == tse.config.get().cache_bytes
+
+
 # -- prefetch ---------------------------------------------------------------------------------
 
 

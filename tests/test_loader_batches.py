@@ -161,7 +161,8 @@ def test_numpy_and_dask_inputs():
 
 def test_memory_is_bounded_by_the_cache_budget(small_cube, truth):
     budget = 600_000  # ~4 chunks of 8 x 64 x 64 float32
-    ds = tse.open_dataset(small_cube, cache_bytes=budget)
+    tse.config.set(cache_bytes=budget)
+    ds = tse.open_dataset(small_cube)
     b = tse.batches(ds["temp"], sample={"time": 4, "y": 16, "x": 16}, stride=(4, 12, 12), return_index=True)
     assert b.buffer_chunks == 1  # a quarter of the budget holds one block
     items = collect(b)
@@ -221,7 +222,8 @@ def test_batches_import_neither_torch_nor_tensorflow(small_cube):
 def test_one_pass_does_not_fill_the_cache_but_later_epochs_are_served_from_it(small_cube, truth):
     """Default policy: cache decoded chunks only when a later epoch will read them again."""
     window = {"time": 8, "y": 32, "x": 32}
-    ds = tse.open_dataset(small_cube, cache_bytes=64 << 20)  # the cube (2 MB) fits easily
+    tse.config.set(cache_bytes=64 << 20)  # the cube (2 MB) fits easily
+    ds = tse.open_dataset(small_cube)
     single = tse.batches(ds["temp"], sample=window, batch_size=16, return_index=True)
     assert single.cache is False
     before = tse.stats()

@@ -4,6 +4,8 @@
   random shapes (1-4 dims), chunk grids, dtypes and cache budgets (some smaller than a chunk).
 - The pure planner ``plan_selection`` touches exactly the chunks holding selected elements and
   reassembles NumPy's answer.
+- The cache never holds more than its budget, whatever the puts, pins and live resizes
+  (a shrink evicts least recently used entries at once; a growth keeps every entry).
 - The prefetch target functions ``momentum_targets`` / ``ring_targets`` stay inside the grid,
   look ahead in the direction of motion and return the whole ring.
 """
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tsexplore as tse
-from tsexplore.engine import Priority, get_engine, set_cache_bytes
+from tsexplore.engine import ChunkCache, Priority, get_engine, set_cache_bytes
 from tsexplore.engine.array import read_selection
 from tsexplore.engine.planning import finish, plan_selection, take_piece
 from tsexplore.engine.prefetch import Observation, momentum_targets, ring_targets
@@ -196,6 +198,44 @@ def test_plan_rejects_out_of_range_ints(n: int, clen: int, k: int) -> None:
 
 
 # -- prefetch targets ----------------------------------------------------------------------------
+
+
+CACHE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(0, 12), st.integers(0, 400)),
+        st.tuples(st.just("put_encoded"), st.integers(0, 12), st.integers(0, 400)),
+        st.tuples(st.just("pin"), st.integers(0, 12), st.just(0)),
+        st.tuples(st.just("unpin"), st.integers(0, 12), st.just(0)),
+        st.tuples(st.just("resize"), st.just(0), st.integers(0, 2000)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.integers(0, 2000), ops=CACHE_OPS)
+def test_cache_stays_within_its_budget_through_live_resizes(start: int, ops) -> None:
+    cache = ChunkCache(start)
+    for op, key, n in ops:
+        before = set(cache.keys())
+        if op == "put":
+            cache.put(key, np.zeros(n, dtype=np.uint8))
+        elif op == "put_encoded":
+            cache.put_encoded(key, b"x" * n)
+        elif op == "pin":
+            cache.pin([key])
+        elif op == "unpin":
+            cache.unpin([key])
+        else:
+            grows = n >= cache.budget
+            cache.resize(n)
+            assert cache.budget == n
+            if grows:  # nothing leaves
+                assert set(cache.keys()) == before
+        used, budget = cache.usage()
+        assert used <= budget and used <= cache.high_water
+        assert used == sum(v.nbytes for v in cache.get_many(cache.keys())) + cache.encoded_bytes
+        assert 0 <= cache.pinned_bytes <= used
 
 
 @st.composite

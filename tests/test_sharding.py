@@ -64,7 +64,8 @@ def test_sharded_equals_zarr_and_reads_each_index_once(tmp_path: Path, where: st
 def test_shard_index_counts_in_the_cache_budget_and_is_read_again_when_evicted(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     values = _write(path)
-    ds = tse.open_dataset(path, cache_bytes=64 * 1024)  # far less than the array (61 KiB decoded)
+    tse.config.set(cache_bytes=64 * 1024)  # far less than the array (61 KiB decoded)
+    ds = tse.open_dataset(path)
     for t in range(SHAPE[0]):
         np.testing.assert_array_equal(ds["data"][t].values, values[t])
     snap = tse.stats()

@@ -2,7 +2,8 @@
 
 Environment variables (all optional):
 
-- ``TSEXPLORE_CACHE_BYTES``: chunk-cache budget in bytes (default: 25 % of RAM).
+- ``TSEXPLORE_CACHE_BYTES``: the chunk-cache budget in bytes (default: 25 % of RAM), one for
+  the process; ``set(cache_bytes=...)`` changes it live.
 - ``TSEXPLORE_HTTP_TIMEOUT``: seconds before one remote read times out (default 30).
 - ``TSEXPLORE_RETRIES``: retries of 408/429/5xx answers (default 3).
 - ``TSEXPLORE_SWITCH_INTERVAL``: the GIL switch interval the engine sets when it starts
@@ -28,7 +29,9 @@ Environment variables (all optional):
 from __future__ import annotations
 
 import builtins
+import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from .errors import ConfigError
@@ -86,6 +89,21 @@ def _from_env() -> Settings:
 
 
 _settings = _from_env()
+#: called with the new settings after every :func:`set` (the running engine resizes its cache)
+_watchers: list[Callable[[Settings], None]] = []
+
+
+def watch(fn: Callable[[Settings], None]) -> Callable[[], None]:
+    """Call ``fn(settings)`` after every :func:`set`; returns the function that stops it."""
+    _watchers.append(fn)
+
+    def stop() -> None:
+        try:
+            _watchers.remove(fn)
+        except ValueError:
+            pass
+
+    return stop
 
 
 def get() -> Settings:
@@ -94,14 +112,19 @@ def get() -> Settings:
 
 
 def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
-    """Change settings for this process, e.g. ``tse.config.set(http_timeout=5)``."""
+    """Change settings for this process, e.g. ``tse.config.set(http_timeout=5)``.
+
+    ``cache_bytes`` is the one cache budget of the process, shared by every dataset: setting
+    it resizes the running engine's cache at once (shrinking evicts the least recently used
+    chunks before this returns).
+    """
     global _settings
     allowed = {f.name for f in fields(Settings)}
     unknown = sorted(builtins.set(changes) - allowed)
     if unknown:
         raise ConfigError(f"unknown setting(s) {unknown}; allowed: {sorted(allowed)}")
-    if "cache_bytes" in changes and int(changes["cache_bytes"]) < 0:  # type: ignore[call-overload]
-        raise ConfigError(f"cache_bytes must be >= 0, got {changes['cache_bytes']!r}")
+    if "cache_bytes" in changes:
+        changes["cache_bytes"] = _budget(changes["cache_bytes"])
     if "sample_size" in changes and changes["sample_size"] not in ("full", "small"):
         raise ConfigError(f"sample_size must be 'full' or 'small', got {changes['sample_size']!r}")
     if "remote_reader" in changes and changes["remote_reader"] not in REMOTE_READERS:
@@ -111,7 +134,17 @@ def set(**changes: object) -> Settings:  # noqa: A001 - mirrors dask.config.set
     if "keep_stored" in changes and changes["keep_stored"] not in KEEP_STORED:
         raise ConfigError(f"keep_stored must be one of {KEEP_STORED}, got {changes['keep_stored']!r}")
     _settings = replace(_settings, **changes)  # type: ignore[arg-type]
+    for fn in list(_watchers):
+        fn(_settings)
     return _settings
+
+
+def _budget(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+        raise ConfigError(
+            f"cache_bytes must be a number of bytes >= 0 (e.g. 2 * 2**30), got {value!r}"
+        )
+    return int(value)  # type: ignore[call-overload]  # (typeshed: Real has no __int__)
 
 
 def total_ram() -> int:

@@ -92,3 +92,7 @@ def missing_dependency(module: str, extra: str, purpose: str) -> MissingDependen
 
 class TsExploreWarning(UserWarning):
     """Something worked but not as asked (e.g. a fallback); turned into errors in the tests."""
+
+
+class TsExploreDeprecationWarning(TsExploreWarning, FutureWarning):
+    """An argument or name that still works but will go: the message says what replaces it."""

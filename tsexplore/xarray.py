@@ -8,6 +8,7 @@ an :class:`~tsexplore.backend.EngineStore`, so decoding and chunking are xarray'
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -15,9 +16,10 @@ import xarray as xr
 from xarray.backends import BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
 
+from . import config
 from .backend import ENGINE_DASK, EngineStore, numpy_layers
-from .engine import get_engine, set_cache_bytes
-from .errors import ConfigError
+from .engine import get_engine
+from .errors import ConfigError, TsExploreDeprecationWarning
 from .resolve import sources_of  # noqa: F401 - kept importable from here
 from .sources import SourceOptions, open_group
 
@@ -71,7 +73,9 @@ def open_dataset(
     (``xr.testing.assert_identical``): it goes through xarray's own ``open_dataset`` with the
     ``tsexplore`` engine, so CF decoding and chunking are xarray's.
 
-    ``cache_bytes`` sets the process-wide cache budget; ``prefetch`` is ``"auto"`` (learn
+    ``cache_bytes`` is deprecated: it sets the one cache budget every dataset of the process
+    shares, not this dataset's own, as ``tse.config.set(cache_bytes=...)`` does (use that,
+    or ``TSEXPLORE_CACHE_BYTES``); it warns and will be removed. ``prefetch`` is ``"auto"`` (learn
     from the access pattern), ``"momentum"``, ``"neighbourhood"`` or ``"off"``;
     ``missing="fill"`` (the default) reads a chunk the store does not have as the fill
     value, as zarr and xarray do (counted as ``missing_filled`` in the stats);
@@ -94,7 +98,14 @@ def open_dataset(
     _check_cache_bytes(cache_bytes)
     chunks = _check_chunks(chunks)
     if cache_bytes is not None:
-        set_cache_bytes(int(cache_bytes))
+        warnings.warn(
+            f"open_dataset(cache_bytes={cache_bytes}) sets the one cache budget that every "
+            "dataset of this process shares (not this dataset's own); set it with "
+            f"tse.config.set(cache_bytes={cache_bytes}) instead: the argument will be removed",
+            TsExploreDeprecationWarning,
+            stacklevel=2,
+        )
+        config.set(cache_bytes=int(cache_bytes))
     ds = xr.open_dataset(
         source,
         engine=TsExploreBackendEntrypoint,

@@ -79,7 +79,8 @@ class ChunkCache:
         return self._budget
 
     def resize(self, budget: int) -> None:
-        """Change the byte budget; evicts least recently used entries to fit."""
+        """Change the byte budget; evicts least recently used entries (pinned ones too) to
+        fit before it returns, so ``bytes_now <= budget`` holds at every moment."""
         budget = int(budget)
         if budget < 0:
             raise ConfigError(f"cache budget must be >= 0 bytes, got {budget}")
@@ -237,6 +238,11 @@ class ChunkCache:
             return key in self._pins
 
     # -- introspection --------------------------------------------------------------------
+    def usage(self) -> tuple[int, int]:
+        """``(bytes_now, budget)`` read together (a resize changes both under the lock)."""
+        with self._lock:
+            return self.bytes_now, self._budget
+
     def keys(self) -> list[Hashable]:
         """Keys of the decoded tier."""
         with self._lock:

@@ -157,6 +157,7 @@ class CheckedReader:
         values, the bytes moved and decoded), checked like :meth:`read`; a chunk the store
         lacks fills the box (``missing="fill"``). Counted as ``part_reads`` too."""
         retry_counter.set(self._count_retry)
+        read_services.set(self.services)  # its store requests are counted (this task's context)
         t0 = self._start_part()
         try:
             try:

@@ -2,9 +2,10 @@
 
 :meth:`ReadAheadMemory.advise` passes a read-ahead hint to a source for chunks neither cached
 nor hinted lately (``posix_fadvise(WILLNEED)`` for local Zarr stores); the prefetcher and
-the streams call it. One-pass readers (dask tasks) read each chunk once: the chunks they took
-are remembered, so the prefetcher does not read them again. What became of the prefetcher's
-guesses (used or not) is read from the read table.
+the streams call it. One-pass readers (dask tasks) read each chunk once: the read table
+remembers the chunks they took, so the prefetcher does not read them again (and refuses such
+a guess when it is admitted). What became of the prefetcher's guesses (used or not) is read
+from the read table.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from typing import Any
 from ..sources.base import ChunkIndex, ChunkSource
 from .types import ChunkKey
 
-#: chunks taken by one-pass readers that the prefetcher remembers not to read again
-CONSUMED_MEMORY = 4096
 #: read-ahead hints remembered (not repeated) per process
 ADVISED_MEMORY = 8192
 
@@ -33,8 +32,7 @@ class ReadAheadMemory:
     cache: Any
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # the two memories below
-        self._consumed: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+        self._lock = threading.Lock()  # the memory below
         self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
 
     def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
@@ -62,15 +60,6 @@ class ReadAheadMemory:
         else:
             _advise_quietly(source, todo)
 
-    def _note_consumed(self, keys: Iterable[ChunkKey]) -> None:
-        """Remember chunks a one-pass reader took, so the prefetcher does not read them again."""
-        with self._lock:
-            for key in keys:
-                self._consumed[key] = None
-                self._consumed.move_to_end(key)
-            while len(self._consumed) > CONSUMED_MEMORY:
-                self._consumed.popitem(last=False)
-
     def guesses_used(self, token: str) -> int:
         """How many of the prefetcher's guesses for source ``token`` a reader used so far."""
         return self._table.used_by_token.get(token, 0)
@@ -81,7 +70,7 @@ class ReadAheadMemory:
 
     def recently_consumed(self, key: ChunkKey) -> bool:
         """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
-        return key in self._consumed
+        return key in self._table.taken
 
 
 def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:

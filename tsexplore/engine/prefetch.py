@@ -76,6 +76,7 @@ class PrefetchHost(Protocol):
         channel: str | None = ...,
         generation: int | None = ...,
         boxes: list[Any] | None = ...,
+        skip_taken: bool = ...,
     ) -> list[Any]: ...
 
 
@@ -311,7 +312,7 @@ class Prefetcher:
             engine.advise(source, here + targets[: len(here)])
         engine.request(
             source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
-            generation=gen, boxes=boxes if views is not None else None,
+            generation=gen, boxes=boxes if views is not None else None, skip_taken=one_pass,
         )
         return indices
 

@@ -18,12 +18,13 @@ one. De-duplication, generations and cancellation see them as ordinary reads unt
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import heapq
 import itertools
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ KINDS = ("sync", "async")
 CATCH_UP_SECONDS = 2.0
 #: the read slot a part of a local chunk takes (see ``Read.cost``)
 PART_COST = 0.25
+#: chunks taken by one-pass readers that the table remembers (guesses of them are refused)
+TAKEN_MEMORY = 4096
 
 Owner = tuple[str, int]
 
@@ -105,6 +108,8 @@ class ReadTable:
         self.prefetched: set[ChunkKey] = set()
         #: per source token, how many of its prefetched chunks a reader used
         self.used_by_token: dict[str, int] = {}
+        #: chunks one-pass readers asked for lately (they will not ask again), oldest first
+        self.taken: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
         self.running = dict.fromkeys(KINDS, 0)
         self.spec_running = dict.fromkeys(KINDS, 0)
         #: read slots taken, per kind (a read takes ``Read.cost`` of one)
@@ -169,6 +174,17 @@ class ReadTable:
             read.future.set_exception(exc)
 
     # -- admitting requests ------------------------------------------------------------------
+    def note_taken(self, keys: Iterable[ChunkKey]) -> None:
+        """One-pass readers asked for ``keys``: guesses of them are refused from now on (see
+        :meth:`admit`; noted before the reader's cached chunks leave the cache)."""
+        with self.lock:
+            taken = self.taken
+            for key in keys:
+                taken[key] = None
+                taken.move_to_end(key)
+            while len(taken) > TAKEN_MEMORY:
+                taken.popitem(last=False)
+
     def admit(
         self,
         source: ChunkSource,
@@ -177,16 +193,32 @@ class ReadTable:
         owner: Owner | None,
         cache: bool,
         tally: Tally,
-    ) -> dict[ChunkKey, Read]:
-        """The read of each key: joined when in flight, else queued anew."""
+        cached: Callable[[ChunkKey], Any] | None = None,
+        skip_taken: bool = False,
+    ) -> dict[ChunkKey, Any]:
+        """The read of each key: joined when in flight, else queued anew.
+
+        ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
+        the table's lock and its value returned instead of a read (a read that ended after
+        the caller's own look-up put it there before it left the table). ``skip_taken``
+        (guesses for a one-pass reader): keys whose whole chunk a one-pass reader took
+        (:meth:`note_taken`) are left out. Both are decided under the same lock as every
+        admission, so no guess re-reads a chunk a one-pass reader has had.
+        """
         waiting = priority is not Priority.SPECULATIVE
-        reads: dict[ChunkKey, Read] = {}
+        reads: dict[ChunkKey, Any] = {}
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
                 if read is not None and read.state in ("queued", "running"):
                     self._join_locked(read, key, priority, cache, tally)
                 else:
+                    if skip_taken and key[:2] in self.taken:
+                        continue
+                    value = None if cached is None else cached(key)
+                    if value is not None:
+                        reads[key] = value
+                        continue
                     read = self._queue_locked(source, key, priority, cache, tally)
                 if owner is not None:
                     read.owners.add(owner)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import EngineClosedError
+from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import close_async_resources
 from ..sources.base import ChunkIndex, ChunkSource, ReadServices
 from .absent import AbsentChunks
@@ -53,9 +53,15 @@ class Engine(BlockingReads, ReadAheadMemory):
     """Everything that moves chunks. One per process; see :func:`get_engine`."""
 
     def __init__(self, cache_bytes: int | None = None) -> None:
+        """``cache_bytes``: this engine's own budget; by default it follows the process's
+        ``tse.config`` ``cache_bytes`` (resized live when that changes)."""
         settings = config.get()
         apply_switch_interval()
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
+        self._unwatch: Callable[[], None] = lambda: None
+        if cache_bytes is None:
+            self._unwatch = config.watch(self._settings_changed)
+            self._settings_changed(config.get())  # a change made while this one started
         self.stats = Stats()
         self._table = ReadTable()
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
@@ -73,6 +79,10 @@ class Engine(BlockingReads, ReadAheadMemory):
         self._io_threads = settings.io_threads
         self._io = IOLoop(self._io_threads)
         self.prefetcher = Prefetcher(self)
+
+    def _settings_changed(self, settings: config.Settings) -> None:
+        if settings.cache_bytes != self.cache.budget:
+            self.cache.resize(settings.cache_bytes)
 
     # -- the loop ----------------------------------------------------------------------------
     @property
@@ -115,6 +125,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         generation: int | None = None,
         cache: bool = True,
         boxes: list[Box | None] | None = None,
+        skip_taken: bool = False,
     ) -> list[cf.Future]:
         """Ask for chunks; returns one future per index, resolved with the decoded chunk.
 
@@ -126,7 +137,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         out = []
         for item in self.request_mixed(
             source, indices, priority, channel=channel, generation=generation, cache=cache,
-            boxes=boxes,
+            boxes=boxes, skip_taken=skip_taken,
         ):
             if not isinstance(item, cf.Future):
                 fut: cf.Future = cf.Future()
@@ -145,12 +156,16 @@ class Engine(BlockingReads, ReadAheadMemory):
         generation: int | None = None,
         cache: bool = True,
         boxes: list[Box | None] | None = None,
+        skip_taken: bool = False,
     ) -> list[np.ndarray | cf.Future]:
         """Like :meth:`request`, but cached chunks come back as arrays (the fast path).
 
         ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
         kept (unless another request wants it kept), so a scan does not fill the cache with
         chunks nobody reads again -- and reuses freed memory instead of faulting in new pages.
+        ``skip_taken`` (SPECULATIVE guesses for a one-pass reader): chunks one-pass readers
+        have asked for are not read again (their futures raise
+        :class:`~tsexplore.errors.RequestCancelledError`).
 
         ``boxes`` (one per index, from :func:`~.parts.part_boxes`): a box asks for only that
         part of the chunk (its values come back box-shaped, or as the whole chunk when that is
@@ -168,17 +183,25 @@ class Engine(BlockingReads, ReadAheadMemory):
         found = self.cache.get_many(keys)
         if boxes is not None:
             self._part_keys(keys, found, boxes)
+        waiting = priority is not Priority.SPECULATIVE
+        if waiting and not cache:  # before its cached chunks leave the cache (see _answer)
+            self._table.note_taken(keys)
         tally = Tally()
         missing = [k for k, v in zip(keys, found) if v is None]
-        reads: dict[ChunkKey, Read] = {}
+        reads: dict[ChunkKey, Any] = {}
         if missing:
             whole = [k for k in missing if len(k) == 2]
             parts = [k for k in missing if len(k) == 3]
+            get, table = self.cache.get, self._table
             if whole:
-                reads.update(self._table.admit(source, whole, priority, owner, cache, tally))
+                reads.update(table.admit(source, whole, priority, owner, cache, tally, get, skip_taken))
             if parts:  # kept only when read ahead
-                keep = priority is Priority.SPECULATIVE
-                reads.update(self._table.admit(source, parts, priority, owner, keep, tally))
+                keep = not waiting
+                reads.update(table.admit(source, parts, priority, owner, keep, tally, get, skip_taken))
+            for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
+                value = reads.get(key)
+                if found[i] is None and value is not None and not isinstance(value, Read):
+                    found[i] = value
         out = self._answer(keys, found, reads, priority, cache, tally)
         for name, n in tally.items():
             self.stats.count(name, n)
@@ -213,7 +236,8 @@ class Engine(BlockingReads, ReadAheadMemory):
         consumed = []
         for key, value in zip(keys, found):
             if value is None:
-                out.append(reads[key].future)
+                read = reads.get(key)
+                out.append(_refused(key) if read is None else read.future)
                 continue
             out.append(value)
             if waiting:
@@ -226,8 +250,6 @@ class Engine(BlockingReads, ReadAheadMemory):
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
-        if waiting and not cache:  # a one-pass reader will not ask again: do not read ahead
-            self._note_consumed(keys)
         return out
 
     def count_useful(self, nbytes: int) -> None:
@@ -415,6 +437,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         if self._closed:
             return
         self._closed = True
+        self._unwatch()
         for read in self._table.clear():
             if not read.future.done():
                 read.future.set_exception(EngineClosedError("the tsexplore engine was closed"))
@@ -431,6 +454,13 @@ class Engine(BlockingReads, ReadAheadMemory):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"<Engine {state} {self.cache!r}>"
+
+
+def _refused(key: ChunkKey) -> cf.Future:
+    """The answer to a guess of a chunk a one-pass reader took (``skip_taken``)."""
+    fut: cf.Future = cf.Future()
+    fut.set_exception(RequestCancelledError(f"chunk {key[1]} was taken by a one-pass reader"))
+    return fut
 
 
 # -- the process-wide engine: started on first use, forgotten in a forked child, closed at exit
@@ -476,11 +506,8 @@ def close_engine() -> None:
 
 
 def set_cache_bytes(nbytes: int) -> None:
-    """Change the process-wide cache budget (and the default for future engines)."""
+    """Change the process-wide cache budget: ``tse.config.set(cache_bytes=nbytes)``."""
     config.set(cache_bytes=int(nbytes))
-    engine = current_engine()
-    if engine is not None:
-        engine.cache.resize(int(nbytes))
 
 
 def _forget_after_fork() -> None:
@@ -490,6 +517,8 @@ def _forget_after_fork() -> None:
     are not there); the child's first read starts its own.
     """
     global _engine, _engine_lock
+    if _engine is not None:
+        _engine._unwatch()
     _engine = None
     _engine_lock = threading.Lock()  # the parent may have held it while forking
 

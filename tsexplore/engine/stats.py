@@ -13,6 +13,9 @@ Definitions (they matter for the UI and the tests):
   ranges; retries excluded): inner chunks read together in one range count once.
 - ``range_requests``: those of them that asked for a byte range (sharded stores).
 - ``index_reads``: shard indexes read from the store (each is then kept in the cache).
+- ``whole_object_fallbacks``: byte ranges served from the whole object, because the server
+  ignores ``Range`` (a plain static server, e.g. Python's ``http.server``): it answered a
+  range with the whole body (sliced here) or refused it (a whole GET, sliced here).
 - ``batched``: reads that ran together with others of the same shard (one batch).
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
@@ -50,6 +53,7 @@ COUNTERS = (
     "store_requests",
     "range_requests",
     "index_reads",
+    "whole_object_fallbacks",
     "batched",
     "bytes_read",
     "bytes_decoded",
@@ -97,6 +101,7 @@ class StatsSnapshot:
     store_requests: int = 0
     range_requests: int = 0
     index_reads: int = 0
+    whole_object_fallbacks: int = 0
     batched: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
@@ -166,7 +171,8 @@ class StatsSnapshot:
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
             f"retries={self.retries}\n"
             f"  store requests={self.store_requests} (ranges {self.range_requests}, "
-            f"shard indexes {self.index_reads}, batched reads {self.batched})\n"
+            f"shard indexes {self.index_reads}, batched reads {self.batched}, whole-object "
+            f"fallbacks {self.whole_object_fallbacks})\n"
             f"  read {self.bytes_read / mb:.1f} MB ({self.read_rate / mb:.1f} MB/s), "
             f"decoded {self.bytes_decoded / mb:.1f} MB ({self.decode_rate / mb:.1f} MB/s, "
             f"{self.decoded_ratio:.2f} per useful byte); "

@@ -19,6 +19,12 @@ with the buffer protocol), shorter than asked when the range runs past the objec
 Each request is counted in the engine's statistics (``store_requests``, and
 ``range_requests`` for byte ranges) through :func:`~.base.count_io`.
 
+Servers that ignore ``Range`` (a plain static server such as Python's ``http.server``)
+answer a range with the whole object (HTTP 200), or, to obstore, seem to refuse ranges:
+either way the range is cut from the whole object here, the host is remembered (its later
+ranges are whole-object GETs at once) and each such range is counted as a
+``whole_object_fallbacks``. A read a whole GET would serve never fails for want of ranges.
+
 :class:`LocalFiles` (``os.pread``; a thread's whole-object reads can go to a reused buffer)
 is here; the remote ones (fsspec, obstore, zarr stores) and the function that picks one for
 a URL are in :mod:`.remote`.
@@ -35,6 +41,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -78,6 +85,34 @@ class ByteRange:
         return f"bytes={self.start}-{'' if self.stop is None else self.stop - 1}"
 
 
+class RangeIgnored(Exception):
+    """A byte range was answered with the whole object (``body``), or refused (``body`` is
+    None): the range is cut from the whole object (see the module docstring)."""
+
+    def __init__(self, body: Buffer | None = None) -> None:
+        super().__init__("the server ignores byte ranges")
+        self.body = body
+
+
+#: hosts that answered a byte range with the whole object: their ranges are whole GETs
+_whole_object_hosts: set[str] = set()
+
+
+def _longer_than_asked(out: Buffer, rng: ByteRange) -> bool:
+    """Whether ``out`` cannot be the answer to ``rng`` (it is the whole object)."""
+    if rng.is_suffix:
+        return len(out) > -rng.start
+    return rng.stop is not None and len(out) > rng.stop - rng.start
+
+
+def cut_range(body: Buffer, rng: ByteRange) -> memoryview:
+    """Bytes ``rng`` of a whole object's ``body`` (shorter past its end, as a server's)."""
+    view = memoryview(body).cast("B")
+    if rng.is_suffix:
+        return view[max(0, len(view) + rng.start) :]
+    return view[rng.start : rng.stop]
+
+
 class ByteStore:
     """Gets objects' bytes by key (see the module docstring). Subclasses implement ``_get``."""
 
@@ -89,8 +124,28 @@ class ByteStore:
     def url(self, key: str) -> str:
         return f"{self.where.rstrip('/')}/{key}" if self.where else key
 
+    @property
+    def host(self) -> str:
+        """Who answers the requests (``scheme://host:port`` of a URL): the whole-object
+        fallback is remembered for it."""
+        parts = urlsplit(self.where)
+        return f"{parts.scheme}://{parts.netloc}" if parts.netloc else f"{self.where}@{id(self)}"
+
     async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
         """The object's bytes (``rng``: a part of them), or None when it is absent."""
+        if rng is not None and _whole_object_hosts and self.host in _whole_object_hosts:
+            return await self._cut_from_whole(key, rng, None)
+        try:
+            out = await self._request(key, rng)
+        except RangeIgnored as exc:
+            _whole_object_hosts.add(self.host)
+            return await self._cut_from_whole(key, rng, exc.body)  # type: ignore[arg-type]
+        if rng is not None and out is not None and _longer_than_asked(out, rng):
+            _whole_object_hosts.add(self.host)  # a 200 with the whole body, unnoticed below
+            return await self._cut_from_whole(key, rng, out)
+        return out
+
+    async def _request(self, key: str, rng: ByteRange | None) -> Buffer | None:
         count_range(rng)
         started = transfer_start()
         out = None
@@ -99,6 +154,15 @@ class ByteStore:
         finally:
             transfer_done(started, 0 if out is None else len(out))
         return out
+
+    async def _cut_from_whole(self, key: str, rng: ByteRange, body: Buffer | None) -> Buffer | None:
+        """Bytes ``rng`` of the object, cut from its whole ``body`` (None: a whole GET)."""
+        count_io("whole_object_fallbacks")
+        if body is None:
+            body = await self._request(key, None)
+            if body is None:
+                return None
+        return cut_range(body, rng)
 
     def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
         """Like :meth:`get`, blocking (only where ``sync`` is True)."""
@@ -146,7 +210,7 @@ async def with_retries(
     while True:
         try:
             return await asyncio.wait_for(attempt(), settings.http_timeout)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RangeIgnored):
             raise
         except (asyncio.TimeoutError, TimeoutError) as exc:
             kind, error = "timeout", exc
@@ -154,6 +218,8 @@ async def with_retries(
             kind, error = classify(exc), exc  # type: ignore[assignment]
         if kind == "missing":
             return None
+        if kind == "whole":
+            raise RangeIgnored() from error
         if kind == "fatal" or tries >= settings.retries:
             raise _final(kind, error, what, tries + 1, settings.http_timeout) from error
         count_retry()
@@ -206,12 +272,15 @@ def _status(exc: BaseException) -> int | None:
 
 
 def classify_error(exc: BaseException) -> str:
-    """What a failed request means: ``"missing"`` (absent object), ``"retry"`` or ``"fatal"``.
+    """What a failed request means: ``"missing"`` (absent object), ``"retry"``, ``"fatal"``
+    or ``"whole"`` (the server does not serve byte ranges: ask for the whole object).
 
     Works on the errors of aiohttp/fsspec, s3fs/botocore, obstore and zarr stores.
     """
     if isinstance(exc, (FileNotFoundError, KeyError)):
         return "missing"
+    if type(exc).__name__ == "NotSupportedError" and "range request not supported" in str(exc).lower():
+        return "whole"  # obstore, when a range was answered with 200 and the whole object
     if isinstance(exc, PermissionError) or type(exc).__name__ in (
         "PermissionDeniedError", "UnauthenticatedError",
     ):
