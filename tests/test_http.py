@@ -177,11 +177,12 @@ def test_stall_raises_read_timeout_within_its_bound(remote: Remote) -> None:
     """Every attempt stalls: (retries + 1) x http_timeout plus the backoff, then an error."""
     tse.config.set(http_timeout=1, retries=1, retry_backoff=0.01)
     ds = remote.open()
-    remote.server.stall(CHUNK, 20, times=100)
+    stall = remote.server.stall(CHUNK, 20, times=100)
     with pytest.raises(ReadTimeoutError, match="http_timeout") as info:
         _read_chunk_region(ds)
-    # both attempts gave up on their own timeout: the server is still stalling them
-    assert remote.server.count(CHUNK) == 2 and remote.server.stalled_now == 2
+    # the attempts gave up on their own timeout: every one that reached the server is still
+    # stalling there (the second may not have reached it yet)
+    assert 1 <= stall.stalling == remote.server.count(CHUNK) <= 2
     assert info.value.index == (0, 1, 2)
     assert tse.stats().retries == 1
 
@@ -189,11 +190,12 @@ def test_stall_raises_read_timeout_within_its_bound(remote: Remote) -> None:
 def test_one_stall_is_retried(remote: Remote, store: tuple[Path, np.ndarray]) -> None:
     tse.config.set(http_timeout=1, retry_backoff=0.01)
     ds = remote.open()
-    remote.server.stall(CHUNK, 20, times=1)
+    stall = remote.server.stall(CHUNK, 20, times=1)
     np.testing.assert_array_equal(_read_chunk_region(ds), store[1][0, 16:32, 32:48])
-    assert remote.server.stalled_now == 1  # the first attempt was abandoned, not answered
+    assert stall.stalling == 1  # the first attempt was abandoned, not answered
     assert _statuses(remote.server, CHUNK) == [0, 200]
-    assert tse.stats().retries == 1 and tse.stats().errors == 0
+    # (on a loaded machine s3fs may count its late second attempt as a retry too)
+    assert tse.stats().retries >= 1 and tse.stats().errors == 0
 
 
 def test_body_cut_short_is_retried(remote: Remote, store: tuple[Path, np.ndarray]) -> None:

@@ -47,6 +47,8 @@ class Fault:
     times: int = 1
     stall: float = 0.0
     cut: float = 0.0
+    #: requests of this fault stalling now (their client gave up on them or still waits)
+    stalling: int = 0
 
 
 class Link:
@@ -109,11 +111,9 @@ class StoreServer:
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
         self.bytes_sent = 0
-        #: requests being answered now, the most at once (``reset_peak`` starts it again),
-        #: and stalled requests still stalling (their client gave up or is still waiting)
+        #: requests being answered now, and the most at once (``reset_peak`` starts again)
         self.in_flight = 0
         self.max_in_flight = 0
-        self.stalled_now = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._local = threading.local()  # one upstream connection per server thread
@@ -144,10 +144,13 @@ class StoreServer:
         with self._lock:
             self.faults.append(Fault(match, status, times))
 
-    def stall(self, match: str, seconds: float, times: int = 1) -> None:
-        """The next ``times`` matching requests hang ``seconds`` and then get no answer."""
+    def stall(self, match: str, seconds: float, times: int = 1) -> Fault:
+        """The next ``times`` matching requests hang ``seconds`` and then get no answer;
+        the fault returned counts the requests ``stalling`` now."""
+        fault = Fault(match, 0, times, seconds)
         with self._lock:
-            self.faults.append(Fault(match, 0, times, seconds))
+            self.faults.append(fault)
+        return fault
 
     def cut(self, match: str, fraction: float = 0.5, times: int = 1) -> None:
         """The next ``times`` matching answers stop after ``fraction`` of their body (the
@@ -272,10 +275,10 @@ def _handler(server: StoreServer) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.stall:
                 with server._lock:
                     server.requests.append((self.command, path, 0))
-                    server.stalled_now += 1
+                    fault.stalling += 1
                 server._stop.wait(fault.stall)
                 with server._lock:
-                    server.stalled_now -= 1
+                    fault.stalling -= 1
                 self.close_connection = True  # stalled, then closed without an answer
                 return
             extra: dict[str, str]
