@@ -44,7 +44,7 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, stream_profile
-from .reading import read_frame, read_tiles
+from .reading import ChannelRanges, read_frame, read_tiles
 
 #: seconds between two partial profiles sent to the view while one streams
 PROFILE_INTERVAL = 0.2
@@ -89,7 +89,7 @@ class ViewController:
         view: View | None = None,
         state: ViewState | None = None,
         max_chunks: int = 256,
-        clim: Range | None = None,
+        clim: Range | ChannelRanges | None = None,
         percentiles: tuple[float, float] = (2.0, 98.0),
         timeout: float | None = None,
         cancel_after: float = 0.1,
@@ -144,7 +144,7 @@ class ViewController:
         g = self.geometry
         ay, ax = g.axis(g.ydim), g.axis(g.xdim)
         base = ViewLevel(g, LevelGeometry((g.shape[ay], g.shape[ax]), (g.chunks[ay], g.chunks[ax])))
-        if not levels:
+        if not levels or g.channel is not None:  # a composite is read from level 0
             return (base,)
         found = tuple(levels)
         first = found[0]

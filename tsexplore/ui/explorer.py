@@ -32,8 +32,10 @@ from ._axes import AxisMap
 from ._kernel import Dispatcher
 from ._parts import (
     ProfilePlot,
+    RangeField,
     as_dataset,
     block,
+    channel_of,
     dropdown,
     frame_info,
     hover_text,
@@ -44,7 +46,7 @@ from ._parts import (
     slider_rows,
 )
 from ._pyramids import ExplorerLevels
-from .canvas import CMAPS, ImageCanvas, axis_spec
+from .canvas import CHANNEL_COLORS, CMAPS, ImageCanvas, axis_spec
 from .planes import watch
 
 SLIDERS = ("canvas", "ipywidgets")
@@ -90,6 +92,7 @@ class Explorer:
         encoding: str = "auto",
         levels: Any = None,
         pyramids: Any = None,
+        channel: Any = "auto",
     ) -> None:
         self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
@@ -104,6 +107,11 @@ class Explorer:
             raise ConfigError(f"slider must be one of {SLIDERS}, got {slider!r}")
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
         self.slider_kind = slider
+        self._channel_arg = channel
+        self._clim_arg = None if clim is None else (float(clim[0]), float(clim[1]))
+        #: the fixed colour range of each channel (None: robust), see ``_clim``
+        self._fixed: list[tuple[float, float] | None] = []
+        self._setting_mode = False
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._builds = 0
@@ -127,18 +135,19 @@ class Explorer:
         in blocks that wrap (see ``_parts``)."""
         import ipywidgets as w
 
-        dims = list(self.ds[var].dims)
+        dims = self._plane_dims(var)
         if (y or dims[-2]) not in dims or (x or dims[-1]) not in dims:
-            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r}, which has {tuple(dims)}")
+            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r} other than its channel dim; "
+                              f"it has {tuple(self.ds[var].dims)}")
         self.var_picker = dropdown(w, "variable", self.names, var, "190px")
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
         self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
         self.clim_mode = range_toggle(w, "fixed" if clim else "robust")
-        lo, hi = clim or (0.0, 1.0)
-        small = {"description_width": "initial"}
-        self.clim_lo = w.FloatText(value=lo, description="min", style=small, layout=w.Layout(width="120px"))
-        self.clim_hi = w.FloatText(value=hi, description="max", style=small, layout=w.Layout(width="120px"))
+        # the fields the user sees are in the canvas, beside the histogram (filled from each
+        # frame: no message of their own); these are their kernel side
+        self.clim_lo = RangeField("min", lambda: self.clim_in_use()[0], lambda v: self.set_clim(lo=v))
+        self.clim_hi = RangeField("max", lambda: self.clim_in_use()[1], lambda v: self.set_clim(hi=v))
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
@@ -151,7 +160,7 @@ class Explorer:
         self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
         self.profile_box = block(w, [])
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
-                    row(w, [self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi])]
+                    row(w, [self.cmap_picker, self.clim_mode])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.width + 72, 480)}px")
         children = [self.main, self.profile_box]
@@ -171,8 +180,8 @@ class Explorer:
         for picker in (self.y_picker, self.x_picker):
             picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
-        for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
-            ctl.observe(self._on_clim, "value")
+        self.clim_mode.observe(self._on_clim_mode, "value")
+        self.canvas.on_clim(self._picked_clim)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
@@ -197,7 +206,13 @@ class Explorer:
         self.da = da
         self.selection = selection_of(self.ds, var)
         self.source = self.selection.source
-        self.geometry = PlaneGeometry.of(self.selection, ydim, xdim)
+        channel, rgb = channel_of(da, self._channel_arg)
+        self.geometry = PlaneGeometry.of(self.selection, ydim, xdim, channel, rgb)
+        n = self.geometry.channels
+        fixed = None
+        if self.clim_mode.value == "fixed":  # a new variable keeps a range fixed before
+            fixed = next((r for r in self._fixed if r is not None), self._clim_arg)
+        self._fixed = [fixed] * n
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         view = self._initial_view
         self._initial_view = {}
@@ -207,6 +222,7 @@ class Explorer:
             c.clear()
             c.set_axes(self.axes[ydim], self.axes[xdim])
             c.title = f"{var} (loading)"
+            self._set_channels(c)
             c.slider = self._canvas_slider(indices)
             if c.slider:
                 c.slider_value = indices[self.geometry.slider_dims[0]]
@@ -217,7 +233,7 @@ class Explorer:
         self.controller = ViewController(
             self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
             state=state, max_chunks=self.max_chunks, clim=self._clim(),
-            levels=self.pyramid.view_levels(self.selection, self.geometry, var),
+            levels=None if channel else self.pyramid.view_levels(self.selection, self.geometry, var),
             inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
@@ -225,6 +241,41 @@ class Explorer:
         self._build_profile()
         self.notice.show(None)
         self.controller.update()
+
+    def _plane_dims(self, var: str) -> list[str]:
+        """The dims of ``var`` that can be shown as y and x (all but the channel dim)."""
+        channel, _ = channel_of(self.ds[var], self._channel_arg)
+        return [str(d) for d in self.ds[var].dims if d != channel]
+
+    def _set_channels(self, c: ImageCanvas) -> None:
+        """The composite's channels on the canvas: names, colours, toggles, display ranges."""
+        g = self.geometry
+        if g.channel is None:
+            c.channel_names, c.channel_colors, c.channel_on, c.channel_clims, c.rgb = [], [], [], [], False
+            return
+        axis = AxisMap.of(self.da, g.channel)
+        names = [axis.label(k) for k in range(g.channels)]
+        if g.rgb:
+            names = list("RGBA"[:g.channels])
+        c.channel_names = names
+        c.channel_colors = [CHANNEL_COLORS[k % len(CHANNEL_COLORS)] for k in range(g.channels)]
+        c.channel_on = [True] * g.channels
+        c.channel_clims = [None] * g.channels
+        c.rgb = g.rgb
+
+    @property
+    def channels(self) -> list[str]:
+        """The names of the composite's channels ([] without a channel dim)."""
+        return list(self.canvas.channel_names)
+
+    def show_channel(self, channel: int | str, on: bool = True) -> None:
+        """Show (or hide) one channel of the composite (blended again in the browser)."""
+        k = self.channels.index(channel) if isinstance(channel, str) else int(channel)
+        flags = list(self.canvas.channel_on)
+        if not 0 <= k < len(flags):
+            raise ConfigError(f"channel {channel!r} is not one of {self.channels}")
+        flags[k] = bool(on)
+        self.canvas.channel_on = flags
 
     def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
         dims = self.geometry.slider_dims
@@ -256,13 +307,32 @@ class Explorer:
     def _profile_height(self) -> int:
         return max(200, self.height // 2 + 60)
 
-    def _clim(self) -> tuple[float, float] | None:
-        if self.clim_mode.value == "robust":
-            return None
-        lo, hi = float(self.clim_lo.value), float(self.clim_hi.value)
-        if not hi > lo:
-            raise ConfigError(f"the colour range needs max > min, got min={lo} max={hi}")
-        return (lo, hi)
+    def _clim(self) -> Any:
+        """What the controller quantises over: one range (None: robust), or one per channel."""
+        if self.geometry.channel is None:
+            return self._fixed[0] if self._fixed else None
+        return tuple(self._fixed) if any(r is not None for r in self._fixed) else None
+
+    def clim_in_use(self, channel: int = 0) -> tuple[float, float]:
+        """The colour range channel ``channel`` is shown with now: its fixed range, else the
+        range of the frame on screen (robust)."""
+        if channel < len(self._fixed) and self._fixed[channel] is not None:
+            return self._fixed[channel]  # type: ignore[return-value]
+        ctl = self.controller
+        frame = ctl.frame if ctl is not None else None
+        if frame is None:
+            return (0.0, 1.0)
+        return frame.channel_clims[min(channel, len(frame.channel_clims) - 1)]
+
+    def set_clim(self, lo: float | None = None, hi: float | None = None, channel: int = 0) -> None:
+        """Fix the colour range of ``channel`` (a bound not given keeps the one in use)."""
+        cur = self.clim_in_use(channel)
+        rng = (float(cur[0] if lo is None else lo), float(cur[1] if hi is None else hi))
+        if not rng[1] > rng[0]:
+            self.info.value = (f"<span style='color:#b00'>the colour range needs max > min, got "
+                               f"min={rng[0]} max={rng[1]}</span>")
+            return
+        self._fix(channel, rng)
 
     @property
     def profile_dim(self) -> str | None:
@@ -321,7 +391,7 @@ class Explorer:
         self.set_view(self.axes[geom.ydim].index_range(*y_range), self.axes[geom.xdim].index_range(*x_range))
 
     def _on_var(self, change: Any) -> None:
-        dims = list(self.ds[change["new"]].dims)
+        dims = self._plane_dims(change["new"])
         with self.y_picker.hold_trait_notifications(), self.x_picker.hold_trait_notifications():
             self.y_picker.unobserve(self._on_dims, "value")
             self.x_picker.unobserve(self._on_dims, "value")
@@ -343,17 +413,48 @@ class Explorer:
     def _on_cmap(self, change: Any) -> None:
         self.canvas.cmap = change["new"]  # the browser recolours: nothing is read or sent
 
-    def _on_clim(self, change: Any) -> None:
-        try:
-            clim = self._clim()
-        except ConfigError as exc:
-            self.info.value = f"<span style='color:#b00'>{exc}</span>"
+    def _picked_clim(self, channel: int, clim: tuple[float, float]) -> None:
+        """A range picked in the browser (a histogram handle, a range field): already shown
+        there; fixed here, and quantised again when the indices cannot show it."""
+        if 0 <= channel < len(self._fixed) and clim[1] > clim[0]:
+            self._fix(channel, clim)
+
+    def _fix(self, channel: int, rng: tuple[float, float]) -> None:
+        if not 0 <= channel < len(self._fixed):
+            raise ConfigError(f"channel {channel} is not one of 0..{len(self._fixed) - 1}")
+        ctl = self.controller
+        frame = ctl.frame if ctl is not None else None
+        was = frame.channel_clims[channel] if frame is not None else None
+        self._fixed[channel] = rng
+        if self.clim_mode.value != "fixed":
+            self._setting_mode = True
+            try:
+                self.clim_mode.value = "fixed"
+            finally:
+                self._setting_mode = False
+        self._apply_clims(requantise=was is None or not indices_allow(was, rng))
+
+    def _on_clim_mode(self, change: Any) -> None:
+        if self._setting_mode:
             return
+        if change["new"] == "robust":
+            self._fixed = [None] * len(self._fixed)
+            self._apply_clims(requantise=True)
+        else:  # fixed where it is now
+            self._fixed = [self.clim_in_use(k) for k in range(len(self._fixed))]
+            self._apply_clims(requantise=False)
+
+    def _apply_clims(self, requantise: bool) -> None:
+        """Send the display ranges to the browser (recoloured there at once) and read again
+        when the frame's indices cannot show them."""
         assert self.controller is not None
-        self.controller.clim = clim
-        self.canvas.clim = None if clim is None else list(clim)  # recoloured in the browser now
-        frame = self.controller.frame
-        if clim is None or frame is None or not indices_allow(frame.clim, clim):
+        self.controller.clim = self._clim()
+        shown = [None if r is None else [float(r[0]), float(r[1])] for r in self._fixed]
+        if self.geometry.channel is None:
+            self.canvas.clim = shown[0]
+        else:
+            self.canvas.channel_clims = shown
+        if requantise:
             self.controller.refresh()  # quantised again over the new range
 
     # -- the controller's View (called on its threads) --------------------------------------
@@ -367,7 +468,8 @@ class Explorer:
             dims = self.geometry.slider_dims
             index = frame.request.state.index(dims[0]) if dims else None
             self.canvas.show(frame.image, frame.extent, frame.clim, generation=gen, label=self._title(frame),
-                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final)
+                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final,
+                             clims=frame.clims or None, hists=frame.hists)
             self._painted = frame.generation
             self.painted_frames += 1
         if frame.final:
