@@ -300,6 +300,9 @@ def histogram_range(data: np.ndarray, clim: Range) -> Range:
     with np.errstate(all="ignore"):
         flat = np.asarray(data)
         dmin, dmax = (float(np.nanmin(flat)), float(np.nanmax(flat))) if flat.size else (lo, hi)
+        if np.isinf(dmin) or np.isinf(dmax):  # infinities are not counted: the finite span
+            finite = flat[np.isfinite(flat)]
+            dmin, dmax = (float(finite.min()), float(finite.max())) if finite.size else (lo, hi)
     if np.isfinite(dmin):
         lo = min(lo, dmin)
     if np.isfinite(dmax):

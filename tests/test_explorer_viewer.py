@@ -1,0 +1,192 @@
+"""The Explorer as a viewer, headless: the contrast histogram, channel composites and RGB,
+ROI statistics along the slider, linked views (no kernel: updates run inline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+zarr = pytest.importorskip("zarr")
+xr = pytest.importorskip("xarray")
+
+import tsexplore as tse  # noqa: E402
+from tsexplore.controller import frame_histogram, log_counts, robust_range, to_uint8  # noqa: E402
+from tsexplore.errors import ConfigError  # noqa: E402
+from tsexplore.ui._frames import channel_ramp, composite_rgba, compose_lut  # noqa: E402
+
+
+def browser(ex, **content):
+    """A message from the canvas's browser side, as the comm delivers it."""
+    ex.canvas._on_browser(ex.canvas, content, [])
+
+
+def record(ex):
+    """Record what the canvas sends from now on, after its browser side says it is ready."""
+    sent = []
+    ex.canvas.send = lambda content, buffers=None: sent.append((content, buffers))
+    return sent
+
+
+def frames_sent(sent):
+    return [(c, b) for c, b in sent if c.get("type") == "frame"]
+
+
+def ack(ex, sent):
+    """The browser acks the newest frame sent (the one waiting, if any, goes out)."""
+    browser(ex, type="ack", ack=frames_sent(sent)[-1][0]["seq"])
+
+
+def numpy_hist(values, rng):
+    v = np.asarray(values).ravel()
+    return np.histogram(v[np.isfinite(v)], 256, rng)[0]
+
+
+@pytest.fixture
+def cube(small_cube):
+    ds = tse.open_dataset(small_cube)
+    truth = zarr.open_group(str(small_cube), mode="r")["temp"]
+    return ds, truth
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    path = tse.sample_data("cells", tmp_path_factory.mktemp("cells") / "cells.zarr", size="small",
+                           progress=False)
+    return path, zarr.open_group(str(path), mode="r")["cells"][...]
+
+
+# -- the histogram ---------------------------------------------------------------------------------
+
+
+def test_frame_histogram_equals_numpy():
+    rng = np.random.default_rng(0)
+    data = (np.round(rng.normal(15, 6, (300, 400)) * 100) / 100).astype(np.float32)
+    data[5, 5] = np.nan
+    data[6, 6] = np.inf
+    for clim in [(10.0, 20.0), (-50.0, 80.0), robust_range(data)]:
+        h = frame_histogram(data, clim)
+        finite = data[np.isfinite(data)]
+        # the span holds the values and the colour range, so both handles lie on it
+        assert h.range[0] <= min(clim[0], finite.min()) and h.range[1] >= max(clim[1], finite.max())
+        np.testing.assert_array_equal(h.counts, numpy_hist(data, h.range))
+        assert h.counts.sum() == finite.size
+        assert len(h.log_bytes()) == 256
+    # integers: exact too
+    ints = rng.integers(0, 4000, (64, 64)).astype(np.uint16)
+    h = frame_histogram(ints, (100.0, 3000.0))
+    np.testing.assert_array_equal(h.counts, np.histogram(ints, 256, h.range)[0])
+    np.testing.assert_array_equal(log_counts(np.array([0, 1, 9, 99])),
+                                  np.floor(255 * np.log1p([0, 1, 9, 99]) / np.log1p(99) + 0.5))
+
+
+def test_histogram_travels_with_the_frame_and_fields_show_the_range_in_use(cube):
+    ds, truth = cube
+    with ds.tse.explore(width=128, height=128, stats=False) as ex:
+        frame = ex.controller.wait(timeout=10)
+        sent = record(ex)
+        browser(ex, type="ready", y=[-0.5, 127.5], x=[-0.5, 127.5], height=128, width=128, ny=128, nx=128)
+        ack(ex, sent)
+        ex.sliders["time"].value = 9
+        frame = ex.controller.wait(timeout=10)
+        content, buffers = frames_sent(sent)[-1]
+        assert content["index"] == 9
+        # one message: the frame and its histogram (256 log heights) as a second buffer
+        assert len(buffers) == 2 and content["hist"]["buffer"] == 1 and len(bytes(buffers[1])) == 256
+        rng = tuple(content["hist"]["ranges"][0])
+        counts = numpy_hist(truth[9], rng)
+        np.testing.assert_array_equal(frame.hists[0].counts, counts)
+        np.testing.assert_array_equal(np.frombuffer(bytes(buffers[1]), np.uint8), log_counts(counts))
+        assert content["hist"]["max"] == [int(counts.max())]
+        # robust: the fields read the range the colours span (not 0 and 1)
+        lo, hi = robust_range(np.asarray(truth[9]))
+        assert (ex.clim_lo.value, ex.clim_hi.value) == pytest.approx((lo, hi))
+        assert content["clim"] == pytest.approx([lo, hi])
+        assert ex.clim_mode.value == "robust" and ex.canvas.clim is None
+        # a handle dragged in the browser inside the frame's range: fixed, recoloured there only
+        reads = ex.controller.counts["reads"]
+        narrower = (lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo))
+        browser(ex, type="clim", channel=0, clim=list(narrower))
+        assert ex.clim_mode.value == "fixed" and ex.canvas.clim == pytest.approx(list(narrower))
+        assert (ex.clim_lo.value, ex.clim_hi.value) == pytest.approx(narrower)
+        assert ex.controller.counts["reads"] == reads
+        # one the indices cannot show: quantised again over it, and the next frame says so
+        browser(ex, type="clim", channel=0, clim=[0.0, 40.0])
+        frame = ex.controller.wait(timeout=10)
+        assert frame.clim == (0.0, 40.0) and ex.controller.counts["reads"] == reads + 1
+        np.testing.assert_array_equal(frame.image, to_uint8(truth[9], (0.0, 40.0)))
+        # back to robust: the fields follow the frames again
+        ex.clim_mode.value = "robust"
+        frame = ex.controller.wait(timeout=10)
+        assert ex.canvas.clim is None and (ex.clim_lo.value, ex.clim_hi.value) == pytest.approx((lo, hi))
+        # the status line says the range in use, whole
+        assert f"colour range [{lo:.4g}, {hi:.4g}]" in content["info"]
+
+
+# -- channels ------------------------------------------------------------------------------------
+
+
+def test_a_channel_dim_is_an_additive_composite(cells):
+    path, truth = cells
+    ds = tse.open_dataset(path)
+    with ds.tse.explore(width=128, height=96, stats=False) as ex:
+        g = ex.geometry
+        assert g.channel == "c" and not g.rgb and g.channels == 3
+        assert set(ex.sliders) == {"time"} and ex.channels == ["DAPI", "GFP", "RFP"]
+        assert "c" not in ex.y_picker.options and "c" not in ex.x_picker.options
+        ex.sliders["time"].value = 4
+        frame = ex.controller.wait(timeout=10)
+        assert frame.image.shape == (3, 96, 128) and frame.data.shape == (3, 96, 128)
+        for k in range(3):  # each channel over its own robust range
+            np.testing.assert_array_equal(frame.data[k], truth[4, k])
+            assert frame.clims[k] == pytest.approx(robust_range(truth[4, k]))
+            np.testing.assert_array_equal(frame.image[k], to_uint8(truth[4, k], frame.clims[k]))
+            np.testing.assert_array_equal(frame.hists[k].counts, numpy_hist(truth[4, k], frame.hists[k].range))
+        meta, idx = ex.canvas.picture()[-1]
+        assert meta["channels"] == 3 and meta["shape"] == [96, 128] and idx.shape == (3, 96, 128)
+        assert ex.canvas.channel_colors[:3] == ["#00ff00", "#ff00ff", "#00ffff"]
+        # the blend, as the browser computes it: the sum of each channel's ramp, clipped
+        want = composite_rgba(idx, ex.canvas.channel_colors, meta["clims"])
+        k = (10, 20)
+        ramps = [compose_lut(channel_ramp(c), tuple(meta["clims"][j]), None)[idx[j][k]][:3]
+                 for j, c in enumerate(ex.canvas.channel_colors[:3])]
+        np.testing.assert_array_equal(want[k][:3], np.minimum(np.sum(ramps, axis=0), 255))
+        # a channel off: blended again in the browser, nothing read
+        reads = ex.controller.counts["reads"]
+        ex.show_channel("GFP", False)
+        assert ex.canvas.channel_on == [True, False, True] and ex.controller.counts["reads"] == reads
+        off = composite_rgba(idx, ex.canvas.channel_colors, meta["clims"], on=ex.canvas.channel_on)
+        assert (off[..., 1] <= want[..., 1]).all()
+        # one channel's range from its handles: that channel alone is fixed
+        browser(ex, type="clim", channel=2, clim=[0.0, 5000.0])
+        frame = ex.controller.wait(timeout=10)
+        assert frame.clims[2] == (0.0, 5000.0)
+        assert frame.clims[0] == pytest.approx(robust_range(truth[4, 0]))
+        assert ex.canvas.channel_clims == [None, None, [0.0, 5000.0]]
+        # the value under the pointer: every channel's
+        assert ex._hover_text(3, 5) == "values = " + ", ".join(f"{float(v):.6g}" for v in truth[4, :, 3, 5])
+
+
+def test_channel_none_gives_a_slider_and_a_bad_channel_says_so(cells):
+    path, truth = cells
+    ds = tse.open_dataset(path)
+    with ds.tse.explore(stats=False, channel=None) as ex:
+        assert ex.geometry.channel is None and set(ex.sliders) == {"time", "c"}
+    with pytest.raises(ConfigError, match="channel='band'"):
+        ds.tse.explore(stats=False, channel="band")
+
+
+def test_rgb_uint8_is_shown_as_colour():
+    rng = np.random.default_rng(1)
+    rgb = rng.integers(0, 256, (2, 40, 50, 3), dtype=np.uint8)
+    da = xr.DataArray(rgb, dims=("frame", "y", "x", "rgb"), name="photo")
+    with tse.explore(da, stats=False, width=50, height=40) as ex:
+        assert ex.geometry.channel == "rgb" and ex.geometry.rgb and ex.canvas.rgb
+        assert (ex.y_picker.value, ex.x_picker.value) == ("y", "x")
+        ex.sliders["frame"].value = 1
+        frame = ex.controller.wait(timeout=10)
+        np.testing.assert_array_equal(frame.image, np.moveaxis(rgb[1], -1, 0))  # the values themselves
+        want = composite_rgba(frame.image, [], [(0.0, 255.0)] * 3, rgb=True)
+        np.testing.assert_array_equal(want[..., :3], rgb[1])
+        assert (want[..., 3] == 255).all()
