@@ -17,6 +17,16 @@ from tsexplore.errors import ConfigError  # noqa: E402
 from tsexplore.ui._frames import channel_ramp, composite_rgba, compose_lut  # noqa: E402
 
 
+def wait_for(cond, timeout=10.0, what="condition"):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 def browser(ex, **content):
     """A message from the canvas's browser side, as the comm delivers it."""
     ex.canvas._on_browser(ex.canvas, content, [])
@@ -190,3 +200,61 @@ def test_rgb_uint8_is_shown_as_colour():
         want = composite_rgba(frame.image, [], [(0.0, 255.0)] * 3, rgb=True)
         np.testing.assert_array_equal(want[..., :3], rgb[1])
         assert (want[..., 3] == 255).all()
+
+
+# -- ROI statistics ------------------------------------------------------------------------------
+
+
+def test_roi_statistics_along_the_slider_equal_numpy(cube):
+    ds, truth = cube
+    with ds.tse.explore(width=128, height=128) as ex:
+        ex.controller.wait(timeout=10)
+        handle = ex.roi(y=slice(10, 70), x=slice(50, 100))
+        out = handle.result(timeout=30)
+        assert isinstance(out, xr.Dataset) and set(out.data_vars) == {"mean", "min", "max"}
+        assert out["mean"].dims == ("time",)
+        xr.testing.assert_identical(out["time"], ds["time"])  # coordinates kept
+        block = np.asarray(truth[:, 10:70, 50:100], dtype=np.float64)
+        np.testing.assert_allclose(out["mean"].values, block.mean(axis=(1, 2)), rtol=1e-12)
+        np.testing.assert_array_equal(out["min"].values, block.min(axis=(1, 2)))
+        np.testing.assert_array_equal(out["max"].values, block.max(axis=(1, 2)))
+        assert handle.done and handle.progress == 1.0
+        assert ex.canvas.roi_box == {"y": [9.5, 69.5], "x": [49.5, 99.5]}
+        # the plot draws the same object; the StatsPanel shows the stream of its own
+        wait_for(lambda: ex.roi_plot is not None and len(ex.roi_plot.source.data["mean"]) == 32, what="roi plot")
+        np.testing.assert_array_equal(ex.roi_plot.source.data["mean"], out["mean"].values)
+        ex.stats_panel.tick()
+        assert "region y[10:70] x[50:100] along time: 16/16 chunks (planned reads), complete" in \
+            ex.stats_panel.numbers.value
+        # a shift-drag in the browser (index edges): the pixels whose centres are inside
+        browser(ex, type="roi", y=[4.6, 20.2], x=[-3.0, 30.5])
+        second = ex.roi_handle
+        assert second is not handle and second.region == ((5, 21), (0, 31))
+        out = second.result(timeout=30)
+        block = np.asarray(truth[:, 5:21, 0:31], dtype=np.float64)
+        np.testing.assert_array_equal(out["max"].values, block.max(axis=(1, 2)))
+        # a newer region stops an older one still streaming
+        third = ex.roi(y=slice(0, 128), x=slice(0, 128))
+        fourth = ex.roi(y=slice(0, 2), x=slice(0, 2))
+        assert third.superseded and not fourth.superseded
+        if not third.done:
+            with pytest.raises(tse.errors.TsExploreError, match="newer region"):
+                third.result(timeout=30)
+        np.testing.assert_array_equal(fourth.result(timeout=30)["min"].values,
+                                      np.asarray(truth[:, 0:2, 0:2]).min(axis=(1, 2)))
+        with pytest.raises(ConfigError, match="holds no pixel"):
+            ex.roi(y=slice(200, 300))
+        with pytest.raises(ConfigError, match="step 1"):
+            ex.roi(y=slice(0, 10, 2))
+
+
+def test_roi_of_a_composite_keeps_the_channel_dim(cells):
+    path, truth = cells
+    ds = tse.open_dataset(path)
+    with ds.tse.explore(stats=False) as ex:
+        out = ex.roi(y=slice(20, 50), x=slice(30, 90)).result(timeout=30)
+        assert out["mean"].dims == ("time", "c") and list(out["c"].values) == ["DAPI", "GFP", "RFP"]
+        block = truth[:, :, 20:50, 30:90].astype(np.float64)
+        np.testing.assert_allclose(out["mean"].values, block.mean(axis=(2, 3)), rtol=1e-12)
+        np.testing.assert_array_equal(out["min"].values, block.min(axis=(2, 3)))
+        np.testing.assert_array_equal(out["max"].values, block.max(axis=(2, 3)))

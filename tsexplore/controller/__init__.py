@@ -10,6 +10,8 @@ controller never imports a widget library and is tested with a mock :class:`View
 - :mod:`.levels` (pure): pyramid levels (:class:`ViewLevel`) and :func:`plan_view`: the level
   that fits the screen, a coarser picture first, the tiles of a progressive read.
 - :mod:`.reading`: one generation's frames read through the engine, whole or tile by tile.
+- :mod:`.roi`: the mean/min/max of a region along a slider dim, streamed as PLANNED reads
+  (:class:`RoiStats`).
 """
 
 from .levels import ViewLevel, ViewPlan, plan_view, tile_requests
@@ -29,6 +31,7 @@ from .planning import (
     to_uint8,
 )
 from .profile import Profile, profile_chunks, stream_profile
+from .roi import RoiStats, roi_plan, stream_roi
 from .view import View, ViewController
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "PlaneGeometry",
     "Profile",
     "Range",
+    "RoiStats",
     "View",
     "ViewController",
     "ViewLevel",
@@ -49,9 +53,11 @@ __all__ = [
     "log_counts",
     "profile_chunks",
     "resolve",
+    "roi_plan",
     "robust_range",
     "plan_view",
     "stream_profile",
+    "stream_roi",
     "tile_requests",
     "to_uint8",
 ]

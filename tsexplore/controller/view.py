@@ -44,6 +44,7 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, stream_profile
+from .roi import Region, RoiStats, check_region, roi_plan, stream_roi
 from .reading import ChannelRanges, read_frame, read_tiles
 
 #: seconds between two partial profiles sent to the view while one streams
@@ -61,6 +62,10 @@ class View(Protocol):
 
     def show_profile(self, profile: Profile) -> None:
         """The newest profile so far (``profile.done`` once complete)."""
+
+    def show_roi(self, stats: RoiStats) -> None:
+        """The newest region statistics so far (``stats.done`` once complete). Optional: a
+        view without it is not told."""
 
 
 _ids = itertools.count(1)
@@ -132,6 +137,10 @@ class ViewController:
         self._pinned: list[Any] = []
         self._profile_gen = 0
         self.profile_thread: threading.Thread | None = None
+        self._roi_gen = 0
+        self.roi_thread: threading.Thread | None = None
+        #: the newest statistics of a region (partial while they stream), or None
+        self.roi_stats: RoiStats | None = None
         self._closed = False
         #: counters: updates received, generations read, frames delivered (pieces included),
         #: cancelled, errors, and reads shown progressively (a coarser level first)
@@ -446,6 +455,57 @@ class ViewController:
         if self.view is not None and profile.generation == self._profile_gen:
             self.view.show_profile(profile)
 
+    # -- statistics of a region along a dim ---------------------------------------------------
+    @property
+    def roi_generation(self) -> int:
+        """The newest region asked for (only its statistics reach the view)."""
+        return self._roi_gen
+
+    def roi(self, region: Region, dim: str) -> threading.Thread:
+        """Stream the mean, min and max of ``region`` (``((y0, y1), (x0, x1))``, half-open
+        indices of the plane) along ``dim`` at the current indices of the other dims, as
+        PLANNED reads (below the visible ones). Returns the thread; a newer call stops it.
+        The view gets partial :class:`RoiStats` at most every ``PROFILE_INTERVAL`` seconds
+        and the complete ones at the end; ``roi_stats`` holds the newest."""
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        region = check_region(self.geometry, region)
+        point = {d: i for d, i in self._state.indices if d != dim}
+        roi_plan(self.geometry, point, dim, region)  # bad input fails here, not on the thread
+        with self._cond:
+            self._roi_gen += 1
+            gen = self._roi_gen
+        thread = threading.Thread(target=self._stream_roi, args=(gen, point, dim, region),
+                                  name=f"tsexplore-roi-{self.id}", daemon=True)
+        self.roi_thread = thread
+        thread.start()
+        return thread
+
+    def _stream_roi(self, gen: int, point: dict[str, int], dim: str, region: Region) -> None:
+        def stale() -> bool:
+            return gen != self._roi_gen or self._closed
+
+        where = tuple(sorted(point.items()))
+        last, item = 0.0, None
+        try:
+            for item in stream_roi(self.source, self.geometry, point, dim, region, engine=self.engine,
+                                   cancelled=stale, timeout=self.timeout):
+                mean, mn, mx, got, total = item
+                stats = RoiStats(gen, dim, region, where, mean, mn, mx, got, total, got == total)
+                if not stale():
+                    self.roi_stats = stats
+                if stats.done or time.monotonic() - last > PROFILE_INTERVAL:
+                    last = time.monotonic()
+                    self._show_roi(stats)
+        except TsExploreError as exc:
+            if self.view is not None and not stale():
+                self.view.show_error(exc)
+
+    def _show_roi(self, stats: RoiStats) -> None:
+        show = getattr(self.view, "show_roi", None)
+        if show is not None and stats.generation == self._roi_gen and not self._closed:
+            show(stats)
+
     # -- lifetime --------------------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
         """Stop the view and profile threads, cancel queued reads, unpin the chunks on screen."""
@@ -460,7 +520,7 @@ class ViewController:
             timer.cancel()
         if not self.engine.closed:
             self.engine.cancel(self.channel)
-        for thread in (self._thread, self.profile_thread):
+        for thread in (self._thread, self.profile_thread, self.roi_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
         if self._pinned:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewLevel, ViewState
+from ..controller import Frame, PlaneGeometry, Profile, RoiStats, ViewController, ViewLevel, ViewState
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
@@ -48,6 +48,7 @@ from ._parts import (
 from ._pyramids import ExplorerLevels
 from .canvas import CHANNEL_COLORS, CMAPS, ImageCanvas, axis_spec
 from .planes import watch
+from .roi import RoiHandle, RoiPlot
 
 SLIDERS = ("canvas", "ipywidgets")
 PROFILE_WIDTH = 300
@@ -67,6 +68,9 @@ class _Bound:
 
     def show_profile(self, profile: Profile) -> None:
         self.explorer._profile(profile, self.build)
+
+    def show_roi(self, stats: RoiStats) -> None:
+        self.explorer._roi(stats, self.build)
 
 
 class Explorer:
@@ -125,6 +129,10 @@ class Explorer:
         self.painted_frames = 0
         self.stats_panel: Any = None
         self.profile_plot: ProfilePlot | None = None
+        self.roi_plot: RoiPlot | None = None
+        #: the newest region's statistics (``ex.roi(...)`` or a shift-drag), or None
+        self.roi_handle: RoiHandle | None = None
+        self._roi_lock = threading.Lock()
         self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
         self._observe_controls()
         self._build()
@@ -159,11 +167,12 @@ class Explorer:
         self.slider_box = w.VBox()
         self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
         self.profile_box = block(w, [])
+        self.roi_box = block(w, [])
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
                     row(w, [self.cmap_picker, self.clim_mode])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.width + 72, 480)}px")
-        children = [self.main, self.profile_box]
+        children = [self.main, self.profile_box, self.roi_box]
         if stats:
             from .stats_panel import StatsPanel
 
@@ -186,6 +195,7 @@ class Explorer:
         self.canvas.observe(self._on_canvas_slider, "slider_value")
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
         self.canvas.on_hover(self._hover_text)
+        self.canvas.on_roi(self._dragged_roi)
         self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
@@ -239,6 +249,7 @@ class Explorer:
         watch(self.controller)
         self._build_sliders(indices)
         self._build_profile()
+        self._drop_roi()
         self.notice.show(None)
         self.controller.update()
 
@@ -531,6 +542,77 @@ class Explorer:
         """The profile plot's data (a bokeh ``ColumnDataSource``; None before the first click)."""
         return None if self.profile_plot is None else self.profile_plot.source
 
+    # -- statistics of a region ---------------------------------------------------------------
+    def roi(self, y: Any = None, x: Any = None, *, dim: str | None = None, **by_dim: Any) -> RoiHandle:
+        """Stream the mean, min and max of a region of the plane along the slider dim ``dim``
+        (default: the first), at the current indices of the other dims.
+
+        ``y`` / ``x`` (or the shown dims by name) are index slices of the plane (``None``:
+        all of it), as ``isel`` takes them. The reads go below the visible ones' priority; a
+        newer region stops this one. Returns a :class:`~tsexplore.ui.roi.RoiHandle`:
+        ``.result(timeout)`` is an ``xarray.Dataset`` (``mean``, ``min``, ``max``)."""
+        g, ctl = self.geometry, self.controller
+        if ctl is None:
+            raise TsExploreError("the Explorer is not built yet")
+        ysel, xsel = by_dim.pop(g.ydim, y), by_dim.pop(g.xdim, x)
+        if by_dim:
+            raise ConfigError(f"roi() takes the shown dims {g.ydim!r} and {g.xdim!r} (or y=, x=), "
+                              f"got {sorted(by_dim)}")
+        dim = dim or self.profile_dim
+        if dim is None:
+            raise ConfigError("this view has no slider dim to take statistics along")
+        region = (_bounds(ysel, g.shape[g.axis(g.ydim)], g.ydim), _bounds(xsel, g.shape[g.axis(g.xdim)], g.xdim))
+        with self._roi_lock:
+            ctl.roi(region, dim)
+            handle = RoiHandle(self, ctl.roi_generation, region, dim)
+            self.roi_handle = handle
+            stats = ctl.roi_stats
+            if stats is not None:
+                handle._update(stats)
+        (y0, y1), (x0, x1) = region
+        self.canvas.roi_box = {"y": [y0 - 0.5, y1 - 0.5], "x": [x0 - 0.5, x1 - 0.5]}
+        return handle
+
+    def _dragged_roi(self, box: dict[str, Any]) -> None:
+        """A shift-drag in the browser (index edges): the pixels whose centres lie inside."""
+        ylo, yhi = sorted(box["y"])
+        xlo, xhi = sorted(box["x"])
+        try:
+            self.roi(y=slice(max(0, math.ceil(ylo)), max(0, math.floor(yhi) + 1)),
+                     x=slice(max(0, math.ceil(xlo)), max(0, math.floor(xhi) + 1)))
+        except TsExploreError as exc:
+            self.info.value = f"<span style='color:#b00'>{exc}</span>"
+
+    def _roi(self, stats: RoiStats, build: int) -> None:
+        """Statistics from the controller's thread: to the handle, and to the plot (kernel thread)."""
+        with self._roi_lock:
+            handle = self.roi_handle
+            if build != self._builds or handle is None or handle.generation != stats.generation:
+                return
+            handle._update(stats)
+        self.dispatch(self._send_roi, build, handle)
+
+    def _send_roi(self, build: int, handle: RoiHandle) -> None:
+        if build != self._builds or handle is not self.roi_handle or handle.stats is None:
+            return
+        g = self.geometry
+        if self.roi_plot is None:
+            self.roi_plot = RoiPlot(handle.dim, self.var_picker.value, self._profile_height, PROFILE_WIDTH,
+                                    self.channels or None, list(self.canvas.channel_colors) or None)
+            self.roi_box.children = [self.roi_plot.widget]
+        (y0, y1), (x0, x1) = handle.region
+        state = "" if handle.done else f" … {handle.progress:.0%}"
+        self.roi_plot.show(handle.dataset, f"{g.ydim}[{y0}:{y1}] {g.xdim}[{x0}:{x1}] along {handle.dim}{state}")
+
+    def _drop_roi(self) -> None:
+        """A new variable or new dims: the region's plot and box go."""
+        if self.roi_plot is not None:
+            self.roi_plot.close()
+            self.roi_plot = None
+        self.roi_box.children = []
+        self.roi_handle = None
+        self.canvas.roi_box = {}
+
     # -- building a pyramid ------------------------------------------------------------------
     def build_pyramid(self, target: str | None = None) -> threading.Thread:
         """Build the pyramid of the variable shown (into ``target``, default: the notice's
@@ -562,6 +644,8 @@ class Explorer:
         self.pyramid.close()
         if self.profile_plot is not None:
             self.profile_plot.close()
+        if self.roi_plot is not None:
+            self.roi_plot.close()
         self.canvas.close()
         self.widget.close()
 
@@ -576,6 +660,18 @@ class Explorer:
 
     def __repr__(self) -> str:
         return f"<Explorer {self.var_picker.value} {self.controller!r}>"
+
+
+def _bounds(sel: Any, n: int, dim: str) -> tuple[int, int]:
+    """An index slice (or None) of an axis of ``n`` as ``(start, stop)``."""
+    if sel is None:
+        return (0, n)
+    if not isinstance(sel, slice) or sel.step not in (None, 1):
+        raise ConfigError(f"roi() takes an index slice with step 1 for {dim!r} (as isel does), got {sel!r}")
+    start, stop, _ = sel.indices(n)
+    if stop <= start:
+        raise ConfigError(f"the region's {dim!r} slice {sel!r} holds no pixel of 0..{n - 1}")
+    return (start, stop)
 
 
 def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
