@@ -14,7 +14,7 @@ xr = pytest.importorskip("xarray")
 import tsexplore as tse  # noqa: E402
 from tsexplore.controller import frame_histogram, log_counts, robust_range, to_uint8  # noqa: E402
 from tsexplore.errors import ConfigError  # noqa: E402
-from tsexplore.ui._frames import channel_ramp, composite_rgba, compose_lut  # noqa: E402
+from tsexplore.ui._frames import channel_ramp, compose_lut, composite_rgba  # noqa: E402
 
 
 def wait_for(cond, timeout=10.0, what="condition"):

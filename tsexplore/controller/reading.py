@@ -44,8 +44,8 @@ def colour_frame(request: ViewRequest, data: np.ndarray, clim: Range | ChannelRa
     ``clim`` (one range; one per channel; None: robust), and each channel's histogram.
     RGB(A) ``uint8`` channels travel as they are (their own values are the colours)."""
     if data.ndim == 2:
-        rng = clim if clim is not None and not _per_channel(clim) else robust_range(data, percentiles)
-        rng = (float(rng[0]), float(rng[1]))  # type: ignore[index]
+        one: Any = clim if clim is not None and not _per_channel(clim) else robust_range(data, percentiles)
+        rng = (float(one[0]), float(one[1]))
         return Frame(request, data, to_uint8(data, rng), rng, elapsed, mode, final,
                      hists=(frame_histogram(data, rng),))
     n = data.shape[0]
@@ -53,7 +53,7 @@ def colour_frame(request: ViewRequest, data: np.ndarray, clim: Range | ChannelRa
         ranges = [(0.0, 255.0)] * n
         image = np.ascontiguousarray(data, dtype=np.uint8)
     else:
-        wanted = list(clim) if _per_channel(clim) else [clim] * n  # type: ignore[arg-type]
+        wanted: list[Any] = list(clim) if _per_channel(clim) else [clim] * n  # type: ignore[arg-type]
         wanted += [None] * (n - len(wanted))
         ranges = [(float(r[0]), float(r[1])) if r is not None else robust_range(data[k], percentiles)
                   for k, r in enumerate(wanted[:n])]

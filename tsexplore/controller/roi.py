@@ -117,8 +117,9 @@ def stream_roi(
 
     def finish(a: np.ndarray) -> np.ndarray:
         for k, axis in enumerate(keep):  # restore a requested order (index arrays)
-            if plan.dims[axis].reorder is not None:
-                a = np.take(a, plan.dims[axis].reorder, axis=k)
+            reorder = plan.dims[axis].reorder
+            if reorder is not None:
+                a = np.take(a, reorder, axis=k)
         return a
 
     stream: Any = engine.stream(source, order, timeout=timeout)

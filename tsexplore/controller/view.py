@@ -44,8 +44,8 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, stream_profile
-from .roi import Region, RoiStats, check_region, roi_plan, stream_roi
 from .reading import ChannelRanges, read_frame, read_tiles
+from .roi import Region, RoiStats, check_region, roi_plan, stream_roi
 
 #: seconds between two partial profiles sent to the view while one streams
 PROFILE_INTERVAL = 0.2

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import replace
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -379,13 +379,13 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             for cb in list(self._index_callbacks):
                 cb(self.slider_value)
         elif kind == "clim":
-            rng = tuple(map(float, content["clim"]))
-            for fn in list(self._clim_callbacks):
-                fn(int(content.get("channel", 0)), rng)  # type: ignore[arg-type]
+            lo, hi = (float(v) for v in content["clim"])
+            for pick in list(self._clim_callbacks):
+                pick(int(content.get("channel", 0)), (lo, hi))
         elif kind == "roi":
             box = {"y": [float(v) for v in content["y"]], "x": [float(v) for v in content["x"]]}
-            for fn in list(self._roi_callbacks):
-                fn(box)
+            for region in list(self._roi_callbacks):
+                region(box)
         elif kind == "hover" and self._hover is not None:
             iy, ix = int(content["iy"]), int(content["ix"])
             self.send({"type": "hover", "iy": iy, "ix": ix, "text": str(self._hover(iy, ix))})

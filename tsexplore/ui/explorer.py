@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import Frame, PlaneGeometry, Profile, RoiStats, ViewController, ViewLevel, ViewState
+from ..controller import (
+    Frame,
+    PlaneGeometry,
+    Profile,
+    RoiStats,
+    ViewController,
+    ViewLevel,
+    ViewState,
+)
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
