@@ -9,6 +9,8 @@ priority, so the image keeps moving while the statistics fill in.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +19,7 @@ import numpy as np
 
 from ..engine import Engine
 from ..engine.planning import SelectionPlan, plan_selection, take_piece
-from ..errors import ConfigError
+from ..errors import ConfigError, TsExploreError
 from ..sources.base import ChunkSource
 from .planning import PlaneGeometry
 
@@ -149,3 +151,57 @@ def stream_roi(
             yield finish(mean), finish(mn), finish(mx), done, len(order)
     finally:
         stream.close()
+
+
+class RoiStreams:
+    """A view controller's region statistics, one region at a time: :meth:`start` streams one
+    on a ``name`` thread and stops the one before; the controller's view (its optional
+    ``show_roi``) gets partial statistics at most every ``interval`` seconds and the complete
+    ones; ``stats`` is the newest."""
+
+    def __init__(self, controller: Any, *, name: str, interval: float = 0.2) -> None:
+        self.controller, self.name, self.interval = controller, name, float(interval)
+        self.generation = 0
+        self.stats: RoiStats | None = None
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, region: Region, dim: str, point: Mapping[str, int]) -> threading.Thread:
+        region = check_region(self.controller.geometry, region)
+        roi_plan(self.controller.geometry, point, dim, region)  # bad input fails here
+        with self._lock:
+            self.generation += 1
+            gen = self.generation
+        thread = threading.Thread(target=self._run, args=(gen, dict(point), dim, region),
+                                  name=self.name, daemon=True)
+        self.thread = thread
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        with self._lock:
+            self.generation += 1
+
+    def _run(self, gen: int, point: dict[str, int], dim: str, region: Region) -> None:
+        ctl = self.controller
+
+        def stale() -> bool:
+            return gen != self.generation or bool(ctl.closed)
+
+        where = tuple(sorted(point.items()))
+        last = 0.0
+        show = getattr(ctl.view, "show_roi", None)
+        try:
+            for mean, mn, mx, got, total in stream_roi(
+                    ctl.source, ctl.geometry, point, dim, region, engine=ctl.engine,
+                    cancelled=stale, timeout=ctl.timeout):
+                stats = RoiStats(gen, dim, region, where, mean, mn, mx, got, total, got == total)
+                if stale():
+                    return
+                self.stats = stats
+                if show is not None and (stats.done or time.monotonic() - last > self.interval):
+                    last = time.monotonic()
+                    show(stats)
+        except TsExploreError as exc:
+            if ctl.view is not None and not stale():
+                ctl.view.show_error(exc)

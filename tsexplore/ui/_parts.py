@@ -1,5 +1,5 @@
 """The Explorer's smaller pieces (kernel side): its control rows, the canvas slider seen as a
-slider, the profile plot (bokeh) and the "no pyramid" notice with its build button.
+slider, the colour range fields and the "no pyramid" notice with its build button.
 
 Layout: every block has its natural width (``flex: 0 0 auto``) inside rows that wrap, so at
 any width nothing overlaps: a block that does not fit beside the others goes below them.
@@ -208,35 +208,6 @@ class CanvasSlider:
 
     def __repr__(self) -> str:
         return f"<CanvasSlider {self.description}={self.value} of {self.min}..{self.max}>"
-
-
-class ProfilePlot:
-    """The profile along the first slider dim through a clicked pixel (a bokeh line)."""
-
-    def __init__(self, dim: str | None, var: str, height: int, width: int = 300) -> None:
-        from bokeh.models import ColumnDataSource
-        from bokeh.plotting import figure
-
-        from ._kernel import bokeh_widget
-
-        self.source = ColumnDataSource({"x": np.zeros(0), "y": np.zeros(0)})
-        fig: Any = figure(
-            title="click the image for a profile" if dim else "no slider dim",
-            width=width, height=height, tools="pan,wheel_zoom,reset,save",
-            x_axis_label=f"{dim} index" if dim else "index", y_axis_label=var,
-        )
-        fig.line("x", "y", source=self.source, line_width=2)
-        fig.x_range.syncable = fig.y_range.syncable = False  # auto-ranged in the browser
-        self.figure = fig
-        self.widget = bokeh_widget(fig)
-
-    def show(self, values: np.ndarray, title: str) -> None:
-        with self.widget.batch():  # line and title in one patch
-            self.source.data = {"x": np.arange(values.size), "y": values}
-            self.figure.title.text = title
-
-    def close(self) -> None:
-        self.widget.close()
 
 
 class PyramidNotice:

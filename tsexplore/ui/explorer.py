@@ -37,26 +37,24 @@ from ..controller import (
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
+from ._colour import ExplorerColour
 from ._kernel import Dispatcher
 from ._parts import (
-    ProfilePlot,
-    RangeField,
     as_dataset,
     block,
     channel_of,
     dropdown,
     frame_info,
     hover_text,
-    indices_allow,
-    range_toggle,
     row,
     selection_of,
     slider_rows,
 )
 from ._pyramids import ExplorerLevels
-from .canvas import CHANNEL_COLORS, CMAPS, ImageCanvas, axis_spec
+from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
-from .roi import RoiHandle, RoiPlot
+from .profile import ProfilePanel
+from .roi import RoiHandle, RoiPanel, RoiPlot
 
 SLIDERS = ("canvas", "ipywidgets")
 PROFILE_WIDTH = 300
@@ -75,10 +73,10 @@ class _Bound:
         self.explorer._report(exc)
 
     def show_profile(self, profile: Profile) -> None:
-        self.explorer._profile(profile, self.build)
+        self.explorer.profiles.update(profile, self.build)
 
     def show_roi(self, stats: RoiStats) -> None:
-        self.explorer._roi(stats, self.build)
+        self.explorer.rois.update(stats, self.build)
 
 
 class Explorer:
@@ -120,10 +118,6 @@ class Explorer:
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
         self.slider_kind = slider
         self._channel_arg = channel
-        self._clim_arg = None if clim is None else (float(clim[0]), float(clim[1]))
-        #: the fixed colour range of each channel (None: robust), see ``_clim``
-        self._fixed: list[tuple[float, float] | None] = []
-        self._setting_mode = False
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._builds = 0
@@ -132,15 +126,9 @@ class Explorer:
         self._closed = False
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
-        self._profile_thread: threading.Thread | None = None
-        self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
-        self.profile_plot: ProfilePlot | None = None
-        self.roi_plot: RoiPlot | None = None
-        #: the newest region's statistics (``ex.roi(...)`` or a shift-drag), or None
-        self.roi_handle: RoiHandle | None = None
-        self._roi_lock = threading.Lock()
+        self.profile_width = PROFILE_WIDTH
         self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
         self._observe_controls()
         self._build()
@@ -159,11 +147,10 @@ class Explorer:
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
         self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
-        self.clim_mode = range_toggle(w, "fixed" if clim else "robust")
-        # the fields the user sees are in the canvas, beside the histogram (filled from each
-        # frame: no message of their own); these are their kernel side
-        self.clim_lo = RangeField("min", lambda: self.clim_in_use()[0], lambda v: self.set_clim(lo=v))
-        self.clim_hi = RangeField("max", lambda: self.clim_in_use()[1], lambda v: self.set_clim(hi=v))
+        # the range fields the user sees are in the canvas, beside the histogram (filled from
+        # each frame: no message of their own); clim_lo / clim_hi are their kernel side
+        self.colour = ExplorerColour(self, w, clim)
+        self.clim_mode, self.clim_lo, self.clim_hi = self.colour.mode, self.colour.lo, self.colour.hi
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
@@ -174,13 +161,13 @@ class Explorer:
         self.players: dict[str, Any] = {}
         self.slider_box = w.VBox()
         self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
-        self.profile_box = block(w, [])
-        self.roi_box = block(w, [])
+        self.profiles = ProfilePanel(self, block(w, []))
+        self.rois = RoiPanel(self, block(w, []))
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
                     row(w, [self.cmap_picker, self.clim_mode])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.width + 72, 480)}px")
-        children = [self.main, self.profile_box, self.roi_box]
+        children = [self.main, self.profiles.box, self.rois.box]
         if stats:
             from .stats_panel import StatsPanel
 
@@ -197,13 +184,12 @@ class Explorer:
         for picker in (self.y_picker, self.x_picker):
             picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
-        self.clim_mode.observe(self._on_clim_mode, "value")
-        self.canvas.on_clim(self._picked_clim)
+        self.canvas.on_clim(self.colour.picked)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
         self.canvas.on_hover(self._hover_text)
-        self.canvas.on_roi(self._dragged_roi)
+        self.canvas.on_roi(self.rois.dragged)
         self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
@@ -226,11 +212,7 @@ class Explorer:
         self.source = self.selection.source
         channel, rgb = channel_of(da, self._channel_arg)
         self.geometry = PlaneGeometry.of(self.selection, ydim, xdim, channel, rgb)
-        n = self.geometry.channels
-        fixed = None
-        if self.clim_mode.value == "fixed":  # a new variable keeps a range fixed before
-            fixed = next((r for r in self._fixed if r is not None), self._clim_arg)
-        self._fixed = [fixed] * n
+        self.colour.reset(self.geometry, da)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         view = self._initial_view
         self._initial_view = {}
@@ -240,7 +222,6 @@ class Explorer:
             c.clear()
             c.set_axes(self.axes[ydim], self.axes[xdim])
             c.title = f"{var} (loading)"
-            self._set_channels(c)
             c.slider = self._canvas_slider(indices)
             if c.slider:
                 c.slider_value = indices[self.geometry.slider_dims[0]]
@@ -250,14 +231,14 @@ class Explorer:
                           height=self.height, width=self.width)
         self.controller = ViewController(
             self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
-            state=state, max_chunks=self.max_chunks, clim=self._clim(),
+            state=state, max_chunks=self.max_chunks, clim=self.colour.clim(),
             levels=None if channel else self.pyramid.view_levels(self.selection, self.geometry, var),
             inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
         self._build_sliders(indices)
-        self._build_profile()
-        self._drop_roi()
+        self.profiles.reset()
+        self.rois.drop()
         self.notice.show(None)
         self.controller.update()
 
@@ -266,35 +247,22 @@ class Explorer:
         channel, _ = channel_of(self.ds[var], self._channel_arg)
         return [str(d) for d in self.ds[var].dims if d != channel]
 
-    def _set_channels(self, c: ImageCanvas) -> None:
-        """The composite's channels on the canvas: names, colours, toggles, display ranges."""
-        g = self.geometry
-        if g.channel is None:
-            c.channel_names, c.channel_colors, c.channel_on, c.channel_clims, c.rgb = [], [], [], [], False
-            return
-        axis = AxisMap.of(self.da, g.channel)
-        names = [axis.label(k) for k in range(g.channels)]
-        if g.rgb:
-            names = list("RGBA"[:g.channels])
-        c.channel_names = names
-        c.channel_colors = [CHANNEL_COLORS[k % len(CHANNEL_COLORS)] for k in range(g.channels)]
-        c.channel_on = [True] * g.channels
-        c.channel_clims = [None] * g.channels
-        c.rgb = g.rgb
-
     @property
     def channels(self) -> list[str]:
         """The names of the composite's channels ([] without a channel dim)."""
-        return list(self.canvas.channel_names)
+        return self.colour.channels
 
     def show_channel(self, channel: int | str, on: bool = True) -> None:
         """Show (or hide) one channel of the composite (blended again in the browser)."""
-        k = self.channels.index(channel) if isinstance(channel, str) else int(channel)
-        flags = list(self.canvas.channel_on)
-        if not 0 <= k < len(flags):
-            raise ConfigError(f"channel {channel!r} is not one of {self.channels}")
-        flags[k] = bool(on)
-        self.canvas.channel_on = flags
+        self.colour.show_channel(channel, on)
+
+    def clim_in_use(self, channel: int = 0) -> tuple[float, float]:
+        """The colour range ``channel`` is shown with now (fixed, or the frame's robust one)."""
+        return self.colour.in_use(channel)
+
+    def set_clim(self, lo: float | None = None, hi: float | None = None, channel: int = 0) -> None:
+        """Fix the colour range of ``channel`` (a bound not given keeps the one in use)."""
+        self.colour.set(lo, hi, channel)
 
     def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
         dims = self.geometry.slider_dims
@@ -309,49 +277,9 @@ class Explorer:
             indices, self.axes, self._on_index)
         self.slider_box.children = rows
 
-    def _build_profile(self) -> None:
-        """A placeholder the size of the profile plot: the plot (bokeh, ~0.1 s to build) is
-        made on the first click, so that opening an Explorer paints its image sooner."""
-        import ipywidgets as w
-
-        if self.profile_plot is not None:
-            self.profile_plot.close()  # the previous variable's / dims' profile
-            self.profile_plot = None
-        dim = self.profile_dim
-        text = f"click the image for a profile along {dim}" if dim else "no other dim to profile along"
-        self.profile_box.children = [w.HTML(f"<b>{text}</b>", layout=w.Layout(
-            width=f"{PROFILE_WIDTH}px", height=f"{self._profile_height}px"))]
-
     @property
     def _profile_height(self) -> int:
         return max(200, self.height // 2 + 60)
-
-    def _clim(self) -> Any:
-        """What the controller quantises over: one range (None: robust), or one per channel."""
-        if self.geometry.channel is None:
-            return self._fixed[0] if self._fixed else None
-        return tuple(self._fixed) if any(r is not None for r in self._fixed) else None
-
-    def clim_in_use(self, channel: int = 0) -> tuple[float, float]:
-        """The colour range channel ``channel`` is shown with now: its fixed range, else the
-        range of the frame on screen (robust)."""
-        if channel < len(self._fixed) and self._fixed[channel] is not None:
-            return self._fixed[channel]  # type: ignore[return-value]
-        ctl = self.controller
-        frame = ctl.frame if ctl is not None else None
-        if frame is None:
-            return (0.0, 1.0)
-        return frame.channel_clims[min(channel, len(frame.channel_clims) - 1)]
-
-    def set_clim(self, lo: float | None = None, hi: float | None = None, channel: int = 0) -> None:
-        """Fix the colour range of ``channel`` (a bound not given keeps the one in use)."""
-        cur = self.clim_in_use(channel)
-        rng = (float(cur[0] if lo is None else lo), float(cur[1] if hi is None else hi))
-        if not rng[1] > rng[0]:
-            self.info.value = (f"<span style='color:#b00'>the colour range needs max > min, got "
-                               f"min={rng[0]} max={rng[1]}</span>")
-            return
-        self._fix(channel, rng)
 
     @property
     def profile_dim(self) -> str | None:
@@ -432,50 +360,6 @@ class Explorer:
     def _on_cmap(self, change: Any) -> None:
         self.canvas.cmap = change["new"]  # the browser recolours: nothing is read or sent
 
-    def _picked_clim(self, channel: int, clim: tuple[float, float]) -> None:
-        """A range picked in the browser (a histogram handle, a range field): already shown
-        there; fixed here, and quantised again when the indices cannot show it."""
-        if 0 <= channel < len(self._fixed) and clim[1] > clim[0]:
-            self._fix(channel, clim)
-
-    def _fix(self, channel: int, rng: tuple[float, float]) -> None:
-        if not 0 <= channel < len(self._fixed):
-            raise ConfigError(f"channel {channel} is not one of 0..{len(self._fixed) - 1}")
-        ctl = self.controller
-        frame = ctl.frame if ctl is not None else None
-        was = frame.channel_clims[channel] if frame is not None else None
-        self._fixed[channel] = rng
-        if self.clim_mode.value != "fixed":
-            self._setting_mode = True
-            try:
-                self.clim_mode.value = "fixed"
-            finally:
-                self._setting_mode = False
-        self._apply_clims(requantise=was is None or not indices_allow(was, rng))
-
-    def _on_clim_mode(self, change: Any) -> None:
-        if self._setting_mode:
-            return
-        if change["new"] == "robust":
-            self._fixed = [None] * len(self._fixed)
-            self._apply_clims(requantise=True)
-        else:  # fixed where it is now
-            self._fixed = [self.clim_in_use(k) for k in range(len(self._fixed))]
-            self._apply_clims(requantise=False)
-
-    def _apply_clims(self, requantise: bool) -> None:
-        """Send the display ranges to the browser (recoloured there at once) and read again
-        when the frame's indices cannot show them."""
-        assert self.controller is not None
-        self.controller.clim = self._clim()
-        shown = [None if r is None else [float(r[0]), float(r[1])] for r in self._fixed]
-        if self.geometry.channel is None:
-            self.canvas.clim = shown[0]
-        else:
-            self.canvas.channel_clims = shown
-        if requantise:
-            self.controller.refresh()  # quantised again over the new range
-
     # -- the controller's View (called on its threads) --------------------------------------
     def _paint(self, frame: Frame, build: int) -> None:
         """Hand ``frame`` to the canvas unless a newer generation was painted (view thread)."""
@@ -516,39 +400,21 @@ class Explorer:
 
     def profile_at(self, iy: int, ix: int) -> threading.Thread | None:
         """Stream the profile through pixel ``(iy, ix)`` along the first slider dim."""
-        geom = self.geometry
-        ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
-        dim = self.profile_dim
-        if dim is None or not (0 <= iy < ny and 0 <= ix < nx) or self.controller is None:
-            return None
-        point = dict(self.controller.state.indices)
-        point.update({geom.ydim: iy, geom.xdim: ix})
-        self._profile_thread = self.controller.profile_at(point, dim)
-        return self._profile_thread
+        return self.profiles.at(iy, ix)
 
-    def _profile(self, profile: Profile, build: int) -> None:
-        geom = self.geometry
-        point = dict(profile.point)
-        title = f"{self.var_picker.value} at {geom.ydim}={point[geom.ydim]}, {geom.xdim}={point[geom.xdim]}"
-        if profile.done:
-            self.profile_values = profile.values
-        self.dispatch(self._send_profile, build, profile, title if profile.done else title + " …")
-
-    def _send_profile(self, build: int, profile: Profile, title: str) -> None:
-        """Plot ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
-        ctl = self.controller
-        if build != self._builds or ctl is None or profile.generation != ctl.profile_generation:
-            return
-        if self.profile_plot is None:
-            self.profile_plot = ProfilePlot(self.profile_dim, self.var_picker.value, self._profile_height,
-                                            PROFILE_WIDTH)
-            self.profile_box.children = [self.profile_plot.widget]
-        self.profile_plot.show(profile.values, title)
+    @property
+    def profile_values(self) -> np.ndarray | None:
+        """The newest complete profile's values."""
+        return self.profiles.values
 
     @property
     def profile_source(self) -> Any:
         """The profile plot's data (a bokeh ``ColumnDataSource``; None before the first click)."""
-        return None if self.profile_plot is None else self.profile_plot.source
+        return None if self.profiles.plot is None else self.profiles.plot.source
+
+    @property
+    def _profile_thread(self) -> threading.Thread | None:
+        return self.profiles.thread
 
     # -- statistics of a region ---------------------------------------------------------------
     def roi(self, y: Any = None, x: Any = None, *, dim: str | None = None, **by_dim: Any) -> RoiHandle:
@@ -557,69 +423,19 @@ class Explorer:
 
         ``y`` / ``x`` (or the shown dims by name) are index slices of the plane (``None``:
         all of it), as ``isel`` takes them. The reads go below the visible ones' priority; a
-        newer region stops this one. Returns a :class:`~tsexplore.ui.roi.RoiHandle`:
-        ``.result(timeout)`` is an ``xarray.Dataset`` (``mean``, ``min``, ``max``)."""
-        g, ctl = self.geometry, self.controller
-        if ctl is None:
-            raise TsExploreError("the Explorer is not built yet")
-        ysel, xsel = by_dim.pop(g.ydim, y), by_dim.pop(g.xdim, x)
-        if by_dim:
-            raise ConfigError(f"roi() takes the shown dims {g.ydim!r} and {g.xdim!r} (or y=, x=), "
-                              f"got {sorted(by_dim)}")
-        dim = dim or self.profile_dim
-        if dim is None:
-            raise ConfigError("this view has no slider dim to take statistics along")
-        region = (_bounds(ysel, g.shape[g.axis(g.ydim)], g.ydim), _bounds(xsel, g.shape[g.axis(g.xdim)], g.xdim))
-        with self._roi_lock:
-            ctl.roi(region, dim)
-            handle = RoiHandle(self, ctl.roi_generation, region, dim)
-            self.roi_handle = handle
-            stats = ctl.roi_stats
-            if stats is not None:
-                handle._update(stats)
-        (y0, y1), (x0, x1) = region
-        self.canvas.roi_box = {"y": [y0 - 0.5, y1 - 0.5], "x": [x0 - 0.5, x1 - 0.5]}
-        return handle
+        newer region (or a shift-drag on the image) stops this one. Returns a
+        :class:`~tsexplore.ui.roi.RoiHandle`: ``.result(timeout)`` is an ``xarray.Dataset``
+        (``mean``, ``min``, ``max``)."""
+        return self.rois.start(y, x, dim=dim, **by_dim)
 
-    def _dragged_roi(self, box: dict[str, Any]) -> None:
-        """A shift-drag in the browser (index edges): the pixels whose centres lie inside."""
-        ylo, yhi = sorted(box["y"])
-        xlo, xhi = sorted(box["x"])
-        try:
-            self.roi(y=slice(max(0, math.ceil(ylo)), max(0, math.floor(yhi) + 1)),
-                     x=slice(max(0, math.ceil(xlo)), max(0, math.floor(xhi) + 1)))
-        except TsExploreError as exc:
-            self.info.value = f"<span style='color:#b00'>{exc}</span>"
+    @property
+    def roi_handle(self) -> RoiHandle | None:
+        """The newest region's statistics, or None."""
+        return self.rois.handle
 
-    def _roi(self, stats: RoiStats, build: int) -> None:
-        """Statistics from the controller's thread: to the handle, and to the plot (kernel thread)."""
-        with self._roi_lock:
-            handle = self.roi_handle
-            if build != self._builds or handle is None or handle.generation != stats.generation:
-                return
-            handle._update(stats)
-        self.dispatch(self._send_roi, build, handle)
-
-    def _send_roi(self, build: int, handle: RoiHandle) -> None:
-        if build != self._builds or handle is not self.roi_handle or handle.stats is None:
-            return
-        g = self.geometry
-        if self.roi_plot is None:
-            self.roi_plot = RoiPlot(handle.dim, self.var_picker.value, self._profile_height, PROFILE_WIDTH,
-                                    self.channels or None, list(self.canvas.channel_colors) or None)
-            self.roi_box.children = [self.roi_plot.widget]
-        (y0, y1), (x0, x1) = handle.region
-        state = "" if handle.done else f" … {handle.progress:.0%}"
-        self.roi_plot.show(handle.dataset, f"{g.ydim}[{y0}:{y1}] {g.xdim}[{x0}:{x1}] along {handle.dim}{state}")
-
-    def _drop_roi(self) -> None:
-        """A new variable or new dims: the region's plot and box go."""
-        if self.roi_plot is not None:
-            self.roi_plot.close()
-            self.roi_plot = None
-        self.roi_box.children = []
-        self.roi_handle = None
-        self.canvas.roi_box = {}
+    @property
+    def roi_plot(self) -> RoiPlot | None:
+        return self.rois.plot
 
     # -- building a pyramid ------------------------------------------------------------------
     def build_pyramid(self, target: str | None = None) -> threading.Thread:
@@ -650,10 +466,8 @@ class Explorer:
         if self.stats_panel is not None:
             self.stats_panel.close()
         self.pyramid.close()
-        if self.profile_plot is not None:
-            self.profile_plot.close()
-        if self.roi_plot is not None:
-            self.roi_plot.close()
+        self.profiles.close()
+        self.rois.close()
         self.canvas.close()
         self.widget.close()
 
@@ -668,18 +482,6 @@ class Explorer:
 
     def __repr__(self) -> str:
         return f"<Explorer {self.var_picker.value} {self.controller!r}>"
-
-
-def _bounds(sel: Any, n: int, dim: str) -> tuple[int, int]:
-    """An index slice (or None) of an axis of ``n`` as ``(start, stop)``."""
-    if sel is None:
-        return (0, n)
-    if not isinstance(sel, slice) or sel.step not in (None, 1):
-        raise ConfigError(f"roi() takes an index slice with step 1 for {dim!r} (as isel does), got {sel!r}")
-    start, stop, _ = sel.indices(n)
-    if stop <= start:
-        raise ConfigError(f"the region's {dim!r} slice {sel!r} holds no pixel of 0..{n - 1}")
-    return (start, stop)
 
 
 def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:

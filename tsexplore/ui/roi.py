@@ -9,6 +9,7 @@ it fills in, and the plot beside the image (:class:`RoiPlot`, bokeh) draws it.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..controller.roi import Region, RoiStats
-from ..errors import TsExploreError
+from ..errors import ConfigError, TsExploreError
 
 STATS = ("mean", "min", "max")
 
@@ -92,8 +93,7 @@ class RoiHandle:
         """Stop streaming (a newer region does this too)."""
         ctl = self.explorer.controller
         if ctl is not None and ctl.roi_generation == self.generation:
-            with ctl._cond:
-                ctl._roi_gen += 1
+            ctl.stop_roi()
 
     def __repr__(self) -> str:
         (y0, y1), (x0, x1) = self.region
@@ -146,3 +146,95 @@ class RoiPlot:
 
     def close(self) -> None:
         self.widget.close()
+
+
+class RoiPanel:
+    """The Explorer's region statistics: the newest handle, its plot beside the image and the
+    region drawn on it (``explorer.controller``, ``.canvas``, ``.dispatch``)."""
+
+    def __init__(self, explorer: Any, box: Any) -> None:
+        self.ex = explorer
+        self.box = box
+        self.plot: RoiPlot | None = None
+        self.handle: RoiHandle | None = None
+        self._lock = threading.Lock()
+
+    def start(self, y: Any = None, x: Any = None, *, dim: str | None = None, **by_dim: Any) -> RoiHandle:
+        """See :meth:`Explorer.roi <tsexplore.ui.Explorer.roi>`."""
+        ex = self.ex
+        g, ctl = ex.geometry, ex.controller
+        if ctl is None:
+            raise TsExploreError("the Explorer is not built yet")
+        ysel, xsel = by_dim.pop(g.ydim, y), by_dim.pop(g.xdim, x)
+        if by_dim:
+            raise ConfigError(f"roi() takes the shown dims {g.ydim!r} and {g.xdim!r} (or y=, x=), "
+                              f"got {sorted(by_dim)}")
+        dim = dim or ex.profile_dim
+        if dim is None:
+            raise ConfigError("this view has no slider dim to take statistics along")
+        region = (bounds(ysel, g.shape[g.axis(g.ydim)], g.ydim), bounds(xsel, g.shape[g.axis(g.xdim)], g.xdim))
+        with self._lock:
+            ctl.roi(region, dim)
+            handle = RoiHandle(ex, ctl.roi_generation, region, dim)
+            self.handle = handle
+            if ctl.roi_stats is not None:
+                handle._update(ctl.roi_stats)
+        (y0, y1), (x0, x1) = region
+        ex.canvas.roi_box = {"y": [y0 - 0.5, y1 - 0.5], "x": [x0 - 0.5, x1 - 0.5]}
+        return handle
+
+    def dragged(self, box: dict[str, Any]) -> None:
+        """A shift-drag in the browser (index edges): the pixels whose centres lie inside."""
+        ylo, yhi = sorted(box["y"])
+        xlo, xhi = sorted(box["x"])
+        try:
+            self.start(y=slice(max(0, math.ceil(ylo)), max(0, math.floor(yhi) + 1)),
+                       x=slice(max(0, math.ceil(xlo)), max(0, math.floor(xhi) + 1)))
+        except TsExploreError as exc:
+            self.ex.info.value = f"<span style='color:#b00'>{exc}</span>"
+
+    def update(self, stats: RoiStats, build: int) -> None:
+        """Statistics from the controller's thread: to the handle, and to the plot (kernel thread)."""
+        with self._lock:
+            handle = self.handle
+            if build != self.ex._builds or handle is None or handle.generation != stats.generation:
+                return
+            handle._update(stats)
+        self.ex.dispatch(self._send, build, handle)
+
+    def _send(self, build: int, handle: RoiHandle) -> None:
+        ex = self.ex
+        if build != ex._builds or handle is not self.handle or handle.stats is None:
+            return
+        g = ex.geometry
+        if self.plot is None:
+            self.plot = RoiPlot(handle.dim, ex.var_picker.value, ex._profile_height, ex.profile_width,
+                                ex.channels or None, list(ex.canvas.channel_colors) or None)
+            self.box.children = [self.plot.widget]
+        (y0, y1), (x0, x1) = handle.region
+        state = "" if handle.done else f" … {handle.progress:.0%}"
+        self.plot.show(handle.dataset, f"{g.ydim}[{y0}:{y1}] {g.xdim}[{x0}:{x1}] along {handle.dim}{state}")
+
+    def drop(self) -> None:
+        """A new variable or new dims: the region's plot and box go."""
+        self.close()
+        self.box.children = []
+        self.handle = None
+        self.ex.canvas.roi_box = {}
+
+    def close(self) -> None:
+        if self.plot is not None:
+            self.plot.close()
+            self.plot = None
+
+
+def bounds(sel: Any, n: int, dim: str) -> tuple[int, int]:
+    """An index slice (or None) of an axis of ``n`` as ``(start, stop)``."""
+    if sel is None:
+        return (0, n)
+    if not isinstance(sel, slice) or sel.step not in (None, 1):
+        raise ConfigError(f"roi() takes an index slice with step 1 for {dim!r} (as isel does), got {sel!r}")
+    start, stop, _ = sel.indices(n)
+    if stop <= start:
+        raise ConfigError(f"the region's {dim!r} slice {sel!r} holds no pixel of 0..{n - 1}")
+    return (start, stop)
