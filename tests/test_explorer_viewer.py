@@ -258,3 +258,34 @@ def test_roi_of_a_composite_keeps_the_channel_dim(cells):
         np.testing.assert_allclose(out["mean"].values, block.mean(axis=(2, 3)), rtol=1e-12)
         np.testing.assert_array_equal(out["min"].values, block.min(axis=(2, 3)))
         np.testing.assert_array_equal(out["max"].values, block.max(axis=(2, 3)))
+
+
+# -- linked views ----------------------------------------------------------------------------------
+
+
+def test_linked_views_move_in_step_through_one_engine(cube):
+    ds, truth = cube
+    later = ds.temp.isel(time=slice(10, None))  # the same variable ten steps later
+    with tse.explore(ds.temp, later, width=128, height=128) as linked:
+        a, b = linked
+        assert len(linked) == 2 and a.stats_panel is not None and b.stats_panel is None
+        assert a.controller.engine is b.controller.engine
+        a.sliders["time"].value = 5  # slider: both move (b is ten steps ahead)
+        assert b.sliders["time"].value == 5
+        fa, fb = a.controller.wait(timeout=10), b.controller.wait(timeout=10)
+        np.testing.assert_array_equal(fa.data, truth[5])
+        np.testing.assert_array_equal(fb.data, truth[15])
+        # a pan/zoom in a's browser: b shows the same region
+        browser(a, type="viewport", y=[9.5, 40.5], x=[69.5, 100.5], height=128, width=128)
+        fa, fb = a.controller.wait(timeout=10), b.controller.wait(timeout=10)
+        assert fa.request.region == fb.request.region == ((10, 41), (70, 101))
+        np.testing.assert_array_equal(fb.data, truth[15, 10:41, 70:101])
+        # the slider of b (in its browser) moves a
+        browser(b, type="index", dim="time", value=21)
+        assert a.sliders["time"].value == 21 and b.controller.state.index("time") == 21
+        # from code too, and ex.link makes the same thing
+        with ds.tse.explore(stats=False, width=64, height=64) as c, ds.tse.explore(stats=False, width=64, height=64) as d:
+            pair = c.link(d)
+            c.set_view(y_range=(0, 20), x_range=(0, 20))
+            assert d.controller.state.y_range == c.controller.state.y_range
+            assert repr(pair).startswith("<LinkedViews of 2")

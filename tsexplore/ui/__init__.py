@@ -7,7 +7,10 @@ extension once with ``hv.extension('bokeh', inline=True, comms='ipywidgets')``.
 """
 
 from .canvas import ImageCanvas
-from .explorer import Explorer, explore
+from .explorer import Explorer
+from .linked import LinkedViews, explore, link
+from .roi import RoiHandle
 from .stats_panel import StatsPanel, stats_panel
 
-__all__ = ["Explorer", "ImageCanvas", "StatsPanel", "explore", "stats_panel"]
+__all__ = ["Explorer", "ImageCanvas", "LinkedViews", "RoiHandle", "StatsPanel", "explore", "link",
+           "stats_panel"]

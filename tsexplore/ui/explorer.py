@@ -129,6 +129,8 @@ class Explorer:
         self.painted_frames = 0
         self.stats_panel: Any = None
         self.profile_width = PROFILE_WIDTH
+        #: called with ``(self, changes)`` after each view change (linked views follow)
+        self.followers: list[Any] = []
         self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
         self._observe_controls()
         self._build()
@@ -297,12 +299,19 @@ class Explorer:
         if dim in self.readouts:
             self.readouts[dim].value = self.axes[dim].label(int(value))
         assert self.controller is not None
-        self.controller.update(indices={dim: int(value)})
+        self._update(indices={dim: int(value)})
 
     def _on_canvas_slider(self, change: Any) -> None:
         dims = self.geometry.slider_dims
         if self.slider_kind == "canvas" and dims and self.controller is not None:
-            self.controller.update(indices={dims[0]: int(change["new"])})
+            self._update(indices={dims[0]: int(change["new"])})
+
+    def _update(self, **changes: Any) -> None:
+        """Change the view, and tell the views linked to this one (``followers``)."""
+        assert self.controller is not None
+        self.controller.update(**changes)
+        for follow in list(self.followers):
+            follow(self, changes)
 
     def _on_viewport(self, change: Any) -> None:
         """The browser's view (after a pan, a zoom, a reset or a new size)."""
@@ -319,7 +328,7 @@ class Explorer:
                 r is not None and all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(r, q))
                 for r, q in zip(have[:2], want[:2])):
             return
-        ctl.update(y_range=want[0], x_range=want[1], height=want[2], width=want[3])
+        self._update(y_range=want[0], x_range=want[1], height=want[2], width=want[3])
 
     def set_view(self, y_range: Any = None, x_range: Any = None) -> None:
         """Show this region (edges in index coordinates; None: the whole axis), widened to
@@ -328,7 +337,7 @@ class Explorer:
             return
         yr, xr_ = self.canvas.fitted(y_range, x_range)
         self.canvas.set_view(yr, xr_)
-        self.controller.update(y_range=yr, x_range=xr_)
+        self._update(y_range=yr, x_range=xr_)
 
     def set_ranges(self, x_range: Any = None, y_range: Any = None) -> None:
         """Show the coordinate ranges ``x_range``/``y_range`` (what a pan or zoom shows)."""
@@ -480,20 +489,11 @@ class Explorer:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def link(self, *others: Explorer) -> Any:
+        """Keep ``others``' slider, pan and zoom in step with this one (:mod:`.linked`)."""
+        from .linked import link
+
+        return link(self, *others)
+
     def __repr__(self) -> str:
         return f"<Explorer {self.var_picker.value} {self.controller!r}>"
-
-
-def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
-    """An :class:`Explorer` on a Dataset or DataArray (``ds.tse.explore()`` calls this)."""
-    try:
-        import anywidget  # noqa: F401
-        import bokeh  # noqa: F401
-        import holoviews  # noqa: F401 - colormaps
-        import ipywidgets  # noqa: F401
-        import jupyter_bokeh  # noqa: F401
-    except ImportError as exc:
-        from ..errors import missing_dependency
-
-        raise missing_dependency(exc.name or "ipywidgets", "lab", "the Explorer") from exc
-    return Explorer(obj, var, **kwargs)
