@@ -41,10 +41,11 @@ CELL_CHANNELS = ("DAPI", "GFP", "RFP")
 def cells_frames(t0: int, t1: int, ny: int, nx: int, seed: int = 0) -> np.ndarray:
     """Frames ``t0..t1`` of the cells sample, ``(t, 3, ny, nx)`` uint16 (deterministic)."""
     rng = np.random.default_rng(seed)
-    ncells = max(4, ny * nx // 2500)
+    radius = max(5.0, min(ny, nx) / 16)
+    ncells = max(4, int(ny * nx / (radius**2 * 12)))
     cy, cx = rng.random(ncells) * ny, rng.random(ncells) * nx
     vy, vx = rng.normal(0, 0.4, ncells), rng.normal(0, 0.4, ncells)
-    size = (0.6 + 0.4 * rng.random(ncells)) * max(4.0, min(ny, nx) / 24)
+    size = (0.6 + 0.4 * rng.random(ncells)) * radius
     spots = rng.random((ncells, 2)) - 0.5
     yy = np.arange(ny, dtype=np.float32)[:, None]
     xx = np.arange(nx, dtype=np.float32)[None, :]
