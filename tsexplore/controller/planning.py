@@ -36,6 +36,7 @@ Range = tuple[float, float]
 CHANNEL_NAMES = ("c", "channel", "channels", "band", "bands", "wavelength")
 MAX_CHANNELS = 8
 HIST_BINS = 256
+OUTSIDE = HIST_BINS + 8  # the float32 bin of values not counted
 Extent = tuple[Range, Range]  # ((y_lo, y_hi), (x_lo, x_hi)): edges in index coordinates
 
 
@@ -316,8 +317,8 @@ def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
     """:data:`HIST_BINS` bins of the finite values of ``data`` over :func:`histogram_range`,
     equal to NumPy's ``np.histogram(finite, HIST_BINS, range)`` (bin ``k`` holds
     ``edge[k] <= v < edge[k + 1]``, the last one also ``v == hi``). Made in float32 (a few
-    passes over the frame); values within rounding of an edge are placed again exactly
-    against NumPy's float64 edges."""
+    passes over the frame); the values within rounding of an edge are placed again by NumPy
+    itself (its edges are of the data's float type)."""
     rng = histogram_range(data, clim)
     lo, hi = rng
     flat = np.asarray(data).ravel()
@@ -326,18 +327,15 @@ def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
         return Histogram(np.histogram(values, HIST_BINS, rng)[0].astype(np.int64), rng)
     with np.errstate(all="ignore"):
         x = (flat.astype(np.float32, copy=False) - np.float32(lo)) * np.float32(HIST_BINS / (hi - lo))
-        bad = ~np.isfinite(x)
-        x[bad] = -8.0
-        near = np.abs(x - np.rint(x)) < 1e-2  # within float32 rounding of an edge
-        near &= ~bad
+        x[~np.isfinite(x)] = OUTSIDE  # NaN (and inf) are not counted
+        near = np.abs(x - np.rint(x)) < 1e-3  # within float32 rounding of an edge
     k = x.astype(np.int32)
-    keep = ~(bad | near)
-    counts = np.bincount(k[keep], minlength=HIST_BINS)[:HIST_BINS].astype(np.int64)
-    if near.any():
-        v = flat[near].astype(np.float64)
-        edges = np.linspace(lo, hi, HIST_BINS + 1)
-        kk = np.clip(np.searchsorted(edges, v, side="right") - 1, 0, HIST_BINS - 1)
-        counts += np.bincount(kk, minlength=HIST_BINS)[:HIST_BINS]
+    counts = np.bincount(k, minlength=OUTSIDE + 1)
+    if near.any():  # placed again, exactly: out of the float32 bins, into NumPy's
+        counts -= np.bincount(k[near], minlength=counts.size)
+        v = flat[near]
+        counts[:HIST_BINS] += np.histogram(v[np.isfinite(v)], HIST_BINS, rng)[0]
+    counts = counts[:HIST_BINS].astype(np.int64)
     return Histogram(counts, rng)
 
 
