@@ -289,3 +289,20 @@ def test_linked_views_move_in_step_through_one_engine(cube):
             c.set_view(y_range=(0, 20), x_range=(0, 20))
             assert d.controller.state.y_range == c.controller.state.y_range
             assert repr(pair).startswith("<LinkedViews of 2")
+
+
+def test_roi_reads_go_below_the_visible_ones(cube, monkeypatch):
+    ds, truth = cube
+    with ds.tse.explore(width=128, height=128, stats=False) as ex:
+        ex.controller.wait(timeout=10)
+        engine = ex.controller.engine
+        asked = []
+        original = engine.request
+
+        def request(source, indices, priority=tse.engine.Priority.VISIBLE, **kw):
+            asked.append(priority)
+            return original(source, indices, priority, **kw)
+
+        monkeypatch.setattr(engine, "request", request)
+        ex.roi(y=slice(0, 100), x=slice(0, 100)).result(timeout=30)
+        assert asked and set(asked) == {tse.engine.Priority.PLANNED}
