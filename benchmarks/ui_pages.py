@@ -204,28 +204,51 @@ EXPLORER_CELLS = [
     "ex",
 ]
 EXPLORER_FIRST = "document.querySelector('.tse-canvas')?.dataset.index === '0'"
+# --under-load: mean(time) of the same cube, one background reduction after another, while
+# the slider moves (the visible reads must win)
+LOAD_CELL = (
+    "import threading\n"
+    "_stop, _scans = threading.Event(), []\n"
+    "def _scan():\n"
+    "    while not _stop.is_set():\n"
+    "        job = tse.reduce(ds.temp, 'mean', dim='time', background=True, progress=False)\n"
+    "        while not job.wait(0.1):\n"
+    "            if _stop.is_set():\n"
+    "                job.cancel()\n"
+    "        _scans.append(job.done())\n"
+    "_loader = threading.Thread(target=_scan, name='tse-bench-load', daemon=True)\n"
+    "_loader.start()"
+)
+LOAD_STOP = "_stop.set(); _loader.join(60); import json; print('TSE ' + json.dumps({'scans': len(_scans)}))"
 
 
 def explorer_page(page: Page, url: str, token: str, workdir: Path, path: Path, px: int, moves: int,
-                  warmup: int, seed: int, slider: str = "canvas") -> dict[str, Any]:
+                  warmup: int, seed: int, slider: str = "canvas", load: bool = False) -> dict[str, Any]:
     """The Explorer (its slider in the canvas or an ipywidgets one): slider-to-pixel latency
-    and websocket traffic per move, timed as the bare canvas (``tse-paint`` of the index)."""
+    and websocket traffic per move, timed as the bare canvas (``tse-paint`` of the index);
+    ``load``: while background reductions of the same cube run (``LOAD_CELL``)."""
     from .ui_canvas import CANVAS_ARM, CANVAS_MOVE, EXECUTE, HANDLES
 
-    name = "explorer" if slider == "canvas" else f"explorer-{slider}"
+    name = ("explorer" if slider == "canvas" else f"explorer-{slider}") + ("-load" if load else "")
     cells = [c.format(path=str(path), warm=moves + warmup + 2, px=px, slider=slider) for c in EXPLORER_CELLS]
+    if load:
+        cells.append(LOAD_CELL)
     open_notebook(page, url, token, workdir, name, cells)
     page.wait_for(EXPLORER_FIRST)
     time.sleep(1.0)
     handle = HANDLES["js" if slider == "canvas" else "ipywidgets"]
     page.call(CANVAS_ARM, handle)
     latencies, traffic = timed_moves(page, handle, CANVAS_MOVE, lambda i: i, moves, warmup, seed)
+    extra: dict[str, Any] = {}
+    if load:
+        told = page.call(EXECUTE, LOAD_STOP)
+        extra = json.loads(next((t for t in str(told).splitlines() if t.startswith("TSE ")), "TSE {}")[4:])
     shot = workdir / f"ui_bench_{name}.png"
     page.screenshot(shot)
     canvas = page.call(EXECUTE, "import json; print('TSE ' + json.dumps(ex.canvas.stats()))")
     line = next((t for t in str(canvas).splitlines() if t.startswith("TSE ")), "TSE {}")
     return dict(summary(name, latencies, traffic, px, moves, warmup), slider=slider, screenshot=str(shot),
-                canvas=json.loads(line[4:]))
+                canvas=json.loads(line[4:]), **extra)
 
 
 def canvas_page(page: Page, url: str, token: str, workdir: Path, px: int, moves: int, warmup: int,

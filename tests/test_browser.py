@@ -7,7 +7,11 @@ the next slice, and the browser sends back only the move; a colormap picked in t
 repaints there, without a frame from the kernel; a wheel zoom and a drag make the kernel read
 exactly the region on screen; the pyramid's overview is read from the level that fits the
 screen (chunk reads per level) and painted coarse first, then in tiles; nothing overlaps at
-1280 and 1920 px wide and the StatsPanel's numbers move. Screenshots go to
+1280 and 1920 px wide and the StatsPanel's numbers move. The contrast histogram the browser draws
+is NumPy's of the frame, its fields show the range in use and a dragged handle sets the kernel's
+range; the cells' composite is the blend of its channels (``composite_rgba``), a channel turned
+off is blended again in the browser, and a shift-drag streams the region's statistics, equal
+to NumPy's. Screenshots go to
 ``test-artifacts/browser/``. Without chromium this skips locally and FAILS under CI (``CI=true``).
 """
 
@@ -22,11 +26,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tsexplore.testing.lab import CANVAS_STATE as CANVAS_STATE_JS
+from tsexplore.testing.lab import canvas_colours
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 NUMBERS = "() => [...document.querySelectorAll('.tsexplore-stats-numbers')].map(e => e.textContent)"
-# canvases in the tutorial, in order: the cube, the petabyte, the pyramid; then the appended one
-CUBE, COUNTED = 0, 3
+# canvases in the tutorial, in order: the cube, the petabyte, the pyramid, the cells; then the
+# appended one
+CUBE, CELLS, COUNTED = 0, 3, 4
 COUNTED_CELL = (
     "import json\n"
     "from tsexplore.pyramid import open_levels\n"
@@ -70,6 +78,96 @@ def _wait_canvas(page, n, test, timeout=60_000):
     return page.evaluate(CANVAS_STATE, n)
 
 
+def _check_histogram(page, execute, truth):
+    """The cube's histogram (as the browser has it) is NumPy's of the frame on screen; its
+    fields show the range in use; dragging the max handle fixes that range in the kernel."""
+    from tsexplore.controller import log_counts
+
+    state = page.evaluate(CANVAS_STATE_JS, CUBE)
+    kernel = json.loads(execute(page, "f = ex.controller.frame\nprint(json.dumps({'clim': f.clim, "
+                                      "'region': f.request.region, 'index': f.request.state.index('time')}))"))
+    (y0, y1), (x0, x1) = kernel["region"]
+    data = np.asarray(truth[kernel["index"], y0:y1, x0:x1])
+    rng = state["hist"]["ranges"][0]
+    counts = np.histogram(data[np.isfinite(data)], 256, rng)[0]
+    np.testing.assert_array_equal(state["hist"]["bytes"], log_counts(counts))
+    assert state["hist"]["max"] == [int(counts.max())]
+    ds_ = state["dataset"]
+    np.testing.assert_allclose([float(ds_["climLo"]), float(ds_["climHi"])], kernel["clim"])  # in use
+    # drag the max handle a quarter of the histogram to the left
+    hist = page.locator(".tse-canvas-hist-plot").nth(CUBE)
+    hist.scroll_into_view_if_needed()
+    box = hist.bounding_box()
+    lo, hi = kernel["clim"]
+    at = box["x"] + (hi - rng[0]) / (rng[1] - rng[0]) * box["width"]
+    page.mouse.move(at, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(at - box["width"] / 4, box["y"] + box["height"] / 2, steps=4)
+    page.mouse.up()
+    page.wait_for_function(f"() => ({CANVAS_STATE_JS})({CUBE}).clim_display != null", polling=100)
+    page.wait_for_timeout(300)
+    state = page.evaluate(CANVAS_STATE_JS, CUBE)
+    picked = state["clim_display"]
+    assert picked[0] == pytest.approx(lo) and picked[1] < hi
+    now = json.loads(execute(page, "print(json.dumps([ex.clim_mode.value, ex.canvas.clim, ex.clim_in_use()]))"))
+    assert now[0] == "fixed" and now[1] == pytest.approx(picked) and now[2] == pytest.approx(picked)
+    np.testing.assert_allclose([float(state["dataset"]["climLo"]), float(state["dataset"]["climHi"])], picked)
+
+
+def _check_cells(page, execute, path):
+    """The composite is the blend of the channels; a channel off is blended again in the
+    browser; a shift-drag streams the region's mean/min/max, equal to NumPy's."""
+    import zarr
+
+    from tsexplore.controller import robust_range, to_uint8
+    from tsexplore.ui._frames import composite_rgba
+
+    truth = zarr.open_group(str(path), mode="r")["cells"][...]
+    nt, nc, ny, nx = truth.shape
+    execute(page, "ex4.canvas.roi_box = {}")  # the notebook's region box would cover pixels
+    page.locator(".tse-canvas").nth(CELLS).scroll_into_view_if_needed()
+    state = _wait_canvas(page, CELLS, "m.final && m.channels === 3")
+    page.wait_for_timeout(400)
+    state = page.evaluate(CANVAS_STATE_JS, CELLS)
+    assert state["last"]["shape"] == [ny, nx]
+    clims = state["last"]["clims"]
+    for k in range(nc):
+        assert clims[k] == pytest.approx(robust_range(truth[0, k]))
+    idx = np.stack([to_uint8(truth[0, k], tuple(clims[k])) for k in range(nc)])
+    full = [[-0.5, ny - 0.5], [-0.5, nx - 0.5]]
+    want = composite_rgba(idx, state["channel_colors"], clims)
+    np.testing.assert_array_equal(canvas_colours(page, CELLS, full, (ny, nx)), want)
+    received = state["counts"]["received"]
+    page.locator(".tse-canvas").nth(CELLS).locator(".tse-canvas-chip-on").nth(1).uncheck()
+    page.wait_for_function(f"() => ({CANVAS_STATE_JS})({CELLS}).channel_on[1] === false", polling=100)
+    page.wait_for_timeout(300)
+    off = composite_rgba(idx, state["channel_colors"], clims, on=[True, False, True])
+    np.testing.assert_array_equal(canvas_colours(page, CELLS, full, (ny, nx)), off)
+    assert page.evaluate(CANVAS_STATE_JS, CELLS)["counts"]["received"] == received  # blended in the browser
+    assert json.loads(execute(page, "print(json.dumps(ex4.canvas.channel_on))")) == [True, False, True]
+    # shift-drag a region: its statistics stream in, equal to NumPy's
+    canvas = page.locator(".tse-canvas canvas.tse-canvas-plot").nth(CELLS)
+    box = canvas.bounding_box()
+    left, top = box["x"] + 58, box["y"] + 24
+    page.keyboard.down("Shift")
+    page.mouse.move(left + 100, top + 80)
+    page.mouse.down()
+    page.mouse.move(left + 300, top + 250, steps=6)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    out = json.loads(execute(page, "h = ex4.roi_handle\nr = h.result(timeout=120)\n"
+                                   "print(json.dumps({'region': h.region, 'mean': r['mean'].values.tolist(), "
+                                   "'min': r['min'].values.tolist(), 'max': r['max'].values.tolist(), "
+                                   "'dims': list(r['mean'].dims)}))"))
+    (y0, y1), (x0, x1) = out["region"]
+    assert out["dims"] == ["time", "c"] and 10 < y1 - y0 < ny and 10 < x1 - x0 < nx
+    block = truth[:, :, y0:y1, x0:x1].astype(np.float64)
+    np.testing.assert_allclose(out["mean"], block.mean(axis=(2, 3)), rtol=1e-12)
+    np.testing.assert_array_equal(out["min"], block.min(axis=(2, 3)))
+    np.testing.assert_array_equal(out["max"], block.max(axis=(2, 3)))
+    page.screenshot(path=str(ARTIFACTS / "01_cells.png"))
+
+
 def _layout(page, width):
     from tsexplore.testing.lab import OVERLAPS
 
@@ -84,7 +182,7 @@ def _layout(page, width):
 
 @pytest.mark.browser
 @pytest.mark.slow
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(600)
 def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     import nbformat
     import xarray as xr
@@ -208,6 +306,10 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "01_after_slider.png"))
 
         print(f"zoom checked after {time.monotonic() - t0:.1f} s")
+        _check_histogram(page, execute, truth)
+        print(f"histogram checked after {time.monotonic() - t0:.1f} s")
+        _check_cells(page, execute, data / "cells.zarr")
+        print(f"cells checked after {time.monotonic() - t0:.1f} s")
         # the pyramid: 1024^2 on 256^2 pixels reads level 2 (16 chunks), level 3 (4) first
         state = _wait_canvas(page, COUNTED, "m.final")
         reads = json.loads(execute(page, "print(json.dumps(lv.chunk_reads()))"))

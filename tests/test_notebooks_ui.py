@@ -20,6 +20,7 @@ def test_notebook_runs(name, tmp_path, run_notebook):
     if name.startswith("01"):
         assert (tmp_path / "data" / "cube.zarr").is_dir()  # small data went to the temp folder
         assert "PB," in text and "ticks" in text
+        assert "channels ['DAPI', 'GFP', 'RFP']" in text  # the composite, its histogram and ROI ran
     else:
         assert "prefetch=auto" in text and "hit ratio" in text
     assert os.environ["TSEXPLORE_SAMPLE_SIZE"] == "small"

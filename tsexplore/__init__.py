@@ -91,13 +91,19 @@ def synthetic(
     return open_dataset(src, prefetch=prefetch, missing=missing)
 
 
-def explore(obj: Any, **kwargs: Any) -> Any:
+def explore(*objs: Any, **kwargs: Any) -> Any:
     """An Explorer widget on a Dataset/DataArray (needs the ``lab`` extra); a pyramid the
-    data is a level of is shown at the level that fits the screen."""
+    data is a level of is shown at the level that fits the screen. Several objects: linked
+    views, their slider, pan and zoom in step (``tsexplore.ui.LinkedViews``)."""
     from .pyramid import explorer_options
     from .ui import explore as _explore
+    from .ui import link
 
-    return _explore(obj, **explorer_options(obj, kwargs))
+    if len(objs) <= 1 or isinstance(objs[1], str):
+        return _explore(*objs, **explorer_options(objs[0], kwargs) if objs else kwargs)
+    stats = kwargs.pop("stats", True)
+    return link(*[_explore(o, **explorer_options(o, {**kwargs, "stats": stats and k == 0}))
+                  for k, o in enumerate(objs)])
 
 
 def stats_panel(**kwargs: Any) -> Any:

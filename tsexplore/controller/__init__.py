@@ -10,6 +10,8 @@ controller never imports a widget library and is tested with a mock :class:`View
 - :mod:`.levels` (pure): pyramid levels (:class:`ViewLevel`) and :func:`plan_view`: the level
   that fits the screen, a coarser picture first, the tiles of a progressive read.
 - :mod:`.reading`: one generation's frames read through the engine, whole or tile by tile.
+- :mod:`.roi`: the mean/min/max of a region along a slider dim, streamed as PLANNED reads
+  (:class:`RoiStats`).
 """
 
 from .levels import ViewLevel, ViewPlan, plan_view, tile_requests
@@ -17,35 +19,45 @@ from .planning import (
     FRAME_MODES,
     Extent,
     Frame,
+    Histogram,
     PlaneGeometry,
     Range,
     ViewRequest,
     ViewState,
+    frame_histogram,
+    log_counts,
     resolve,
     robust_range,
     to_uint8,
 )
 from .profile import Profile, profile_chunks, stream_profile
+from .roi import RoiStats, roi_plan, stream_roi
 from .view import View, ViewController
 
 __all__ = [
     "FRAME_MODES",
     "Extent",
     "Frame",
+    "Histogram",
     "PlaneGeometry",
     "Profile",
     "Range",
+    "RoiStats",
     "View",
     "ViewController",
     "ViewLevel",
     "ViewPlan",
     "ViewRequest",
     "ViewState",
+    "frame_histogram",
+    "log_counts",
     "profile_chunks",
     "resolve",
+    "roi_plan",
     "robust_range",
     "plan_view",
     "stream_profile",
+    "stream_roi",
     "tile_requests",
     "to_uint8",
 ]

@@ -10,7 +10,12 @@
   even one sample per pixel would touch more than ``max_chunks`` chunks (a far zoomed-out view
   of a huge plane, no pyramid), the strides grow until it does not: the frame gets coarser
   rather than the engine being flooded.
-- :func:`robust_range` and :func:`to_uint8`: the colour range and the 8-bit colour indices.
+- :func:`robust_range` and :func:`to_uint8`: the colour range and the 8-bit colour indices;
+  :func:`frame_histogram`: the 256-bin histogram of a frame sent with it (the contrast
+  histogram under the image).
+- a *channel* dim (``PlaneGeometry.channel``) is read whole with the plane: each channel is
+  quantised over its own range and the browser blends them (an additive composite, or the
+  colours themselves for RGB(A) ``uint8``: ``PlaneGeometry.rgb``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
 
 Range = tuple[float, float]
+#: dim names taken for a channel dim (when of at most MAX_CHANNELS values)
+CHANNEL_NAMES = ("c", "channel", "channels", "band", "bands", "wavelength")
+MAX_CHANNELS = 8
+HIST_BINS = 256
+OUTSIDE = HIST_BINS + 8  # the float32 bin of values not counted
 Extent = tuple[Range, Range]  # ((y_lo, y_hi), (x_lo, x_hi)): edges in index coordinates
 
 
@@ -41,6 +51,10 @@ class PlaneGeometry:
     xdim: str
     #: the selection of a source these dims index (None: a source of exactly this shape)
     selection: Resolved | None = field(default=None, compare=False, repr=False)
+    #: a dim shown as channels of one picture (read whole with the plane), or None
+    channel: str | None = None
+    #: the channels are the R, G, B (and A) of ``uint8`` colours, shown as they are
+    rgb: bool = False
 
     def __post_init__(self) -> None:
         if len(self.shape) < 2 or len(self.shape) != len(self.dims) != len(self.chunks):
@@ -50,12 +64,24 @@ class PlaneGeometry:
                 raise ConfigError(f"{name}={d!r} is not a dimension; dims are {self.dims}")
         if self.ydim == self.xdim:
             raise ConfigError(f"x and y must be different dims, both are {self.xdim!r}")
+        if self.channel is not None:
+            if self.channel not in self.dims or self.channel in (self.ydim, self.xdim):
+                raise ConfigError(f"channel={self.channel!r} must be a dim other than y and x; dims are {self.dims}")
+            if self.channels > MAX_CHANNELS:
+                raise ConfigError(f"channel={self.channel!r} has {self.channels} values; a composite "
+                                  f"shows at most {MAX_CHANNELS} (pick a slider for it: channel=None)")
 
     @classmethod
-    def of(cls, data: ChunkSource | Resolved, ydim: str, xdim: str) -> PlaneGeometry:
+    def of(cls, data: ChunkSource | Resolved, ydim: str, xdim: str, channel: str | None = None,
+           rgb: bool = False) -> PlaneGeometry:
         """The geometry of a source, or of a selection of one (its chunks as seen through it)."""
         sel = data if isinstance(data, Resolved) else Resolved.whole(data)
-        return cls(sel.shape, sel.grid()[0], sel.dims, ydim, xdim, sel)
+        return cls(sel.shape, sel.grid()[0], sel.dims, ydim, xdim, sel, channel, rgb)
+
+    @property
+    def channels(self) -> int:
+        """How many channels one picture has (1: no channel dim)."""
+        return 1 if self.channel is None else self.shape[self.axis(self.channel)]
 
     def source_key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
         """``key`` (in these dims) as a key on the source."""
@@ -63,7 +89,7 @@ class PlaneGeometry:
 
     @property
     def slider_dims(self) -> tuple[str, ...]:
-        return tuple(d for d in self.dims if d not in (self.ydim, self.xdim))
+        return tuple(d for d in self.dims if d not in (self.ydim, self.xdim, self.channel))
 
     def axis(self, dim: str) -> int:
         return self.dims.index(dim)
@@ -113,6 +139,8 @@ class ViewRequest:
     #: index edges (None: ``covered``, the region itself at level 0)
     level: int = 0
     extent: Extent | None = None
+    #: where the channel axis is among the axes of the block read (None: no channel dim)
+    channel_axis: int | None = None
 
     @property
     def out_shape(self) -> tuple[int, int]:
@@ -173,6 +201,9 @@ def resolve(
     sy = max(1, math.ceil(_span(state.y_range, ny) / max(1, state.height) - 1e-9))
     sx = max(1, math.ceil(_span(state.x_range, nx) / max(1, state.width) - 1e-9))
     cy, cx = geom.chunks[ay], geom.chunks[ax]
+    if geom.channel is not None:  # every channel's chunks are read with the plane
+        ac = geom.axis(geom.channel)
+        max_chunks = max(1, max_chunks // -(-geom.shape[ac] // max(1, geom.chunks[ac])))
     # coarser when one sample per pixel would touch more than max_chunks chunks
     while _chunks_along(y0, y1, sy, cy) * _chunks_along(x0, x1, sx, cx) > max(1, max_chunks):
         if _chunks_along(y0, y1, sy, cy) >= _chunks_along(x0, x1, sx, cx):
@@ -185,6 +216,8 @@ def resolve(
             key.append(slice(y0, y1, sy))
         elif axis == ax:
             key.append(slice(x0, x1, sx))
+        elif dim == geom.channel:
+            key.append(slice(None))
         else:
             i = state.index(dim)
             if not 0 <= i < geom.shape[axis]:
@@ -204,6 +237,8 @@ def resolve(
         step=(sy, sx),
         chunks=tuple(plan.chunk_indices()),
         transpose=ax < ay,
+        channel_axis=None if geom.channel is None else
+        [d for d in geom.dims if d in (geom.ydim, geom.xdim, geom.channel)].index(geom.channel),
     )
 
 
@@ -236,6 +271,74 @@ def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class Histogram:
+    """The histogram of one channel of a frame: ``counts`` of the finite values in
+    :data:`HIST_BINS` equal bins over ``range`` (which holds both the values and the colour
+    range, so both handles always lie on it)."""
+
+    counts: np.ndarray = field(repr=False)
+    range: Range
+
+    def log_bytes(self) -> bytes:
+        """What travels to the browser: ``round(255 * log1p(count) / log1p(max))`` per bin
+        (``HIST_BINS`` bytes; the browser draws log counts)."""
+        return log_counts(self.counts).tobytes()
+
+
+def log_counts(counts: np.ndarray) -> np.ndarray:
+    """Counts as ``uint8`` log heights: ``round(255 * log1p(c) / log1p(max(c)))``."""
+    c = np.asarray(counts, dtype=np.float64)
+    top = float(c.max()) if c.size else 0.0
+    if top <= 0:
+        return np.zeros(c.shape, np.uint8)
+    return np.floor(255.0 * np.log1p(c) / np.log1p(top) + 0.5).astype(np.uint8)
+
+
+def histogram_range(data: np.ndarray, clim: Range) -> Range:
+    """The span a histogram covers: the finite values' min..max and the colour range."""
+    lo, hi = float(clim[0]), float(clim[1])
+    with np.errstate(all="ignore"):
+        flat = np.asarray(data)
+        dmin, dmax = (float(np.nanmin(flat)), float(np.nanmax(flat))) if flat.size else (lo, hi)
+        if np.isinf(dmin) or np.isinf(dmax):  # infinities are not counted: the finite span
+            finite = flat[np.isfinite(flat)]
+            dmin, dmax = (float(finite.min()), float(finite.max())) if finite.size else (lo, hi)
+    if np.isfinite(dmin):
+        lo = min(lo, dmin)
+    if np.isfinite(dmax):
+        hi = max(hi, dmax)
+    if not hi > lo:
+        hi = lo + 1.0
+    return (lo, hi)
+
+
+def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
+    """:data:`HIST_BINS` bins of the finite values of ``data`` over :func:`histogram_range`,
+    equal to NumPy's ``np.histogram(finite, HIST_BINS, range)`` (bin ``k`` holds
+    ``edge[k] <= v < edge[k + 1]``, the last one also ``v == hi``). Made in float32 (a few
+    passes over the frame); the values within rounding of an edge are placed again by NumPy
+    itself (its edges are of the data's float type)."""
+    rng = histogram_range(data, clim)
+    lo, hi = rng
+    flat = np.asarray(data).ravel()
+    if flat.dtype.kind in "iub" or flat.size < 4096:
+        values = flat if flat.dtype.kind in "iub" else flat[np.isfinite(flat)]
+        return Histogram(np.histogram(values, HIST_BINS, rng)[0].astype(np.int64), rng)
+    with np.errstate(all="ignore"):
+        x = (flat.astype(np.float32, copy=False) - np.float32(lo)) * np.float32(HIST_BINS / (hi - lo))
+        x[~np.isfinite(x)] = OUTSIDE  # NaN (and inf) are not counted
+        near = np.abs(x - np.rint(x)) < 1e-3  # within float32 rounding of an edge
+    k = x.astype(np.int32)
+    counts = np.bincount(k, minlength=OUTSIDE + 1)
+    if near.any():  # placed again, exactly: out of the float32 bins, into NumPy's
+        counts -= np.bincount(k[near], minlength=counts.size)
+        v = flat[near]
+        counts[:HIST_BINS] += np.histogram(v[np.isfinite(v)], HIST_BINS, rng)[0]
+    counts = counts[:HIST_BINS].astype(np.int64)
+    return Histogram(counts, rng)
+
+
 #: how a frame is painted: the whole picture, an overview kept under the others, or one
 #: piece added to the picture of its generation (a progressive read)
 FRAME_MODES = ("replace", "base", "tile")
@@ -259,6 +362,15 @@ class Frame:
     final: bool = True
     #: of a tile: the read of its whole generation (None: ``request`` is the whole)
     whole: ViewRequest | None = field(default=None, repr=False)
+    #: the histogram of each channel (empty for a tile)
+    hists: tuple[Histogram, ...] = field(default=(), repr=False)
+    #: each channel's colour range (a channel dim; else empty: ``clim`` is the one range)
+    clims: tuple[Range, ...] = ()
+
+    @property
+    def channel_clims(self) -> tuple[Range, ...]:
+        """The range of every channel (one: no channel dim)."""
+        return self.clims or (self.clim,)
 
     @property
     def generation(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,7 @@ import numpy as np
 
 from ..engine import Engine
 from ..engine.planning import SelectionPlan, plan_selection, take_piece
-from ..errors import ConfigError
+from ..errors import ConfigError, TsExploreError
 from ..sources.base import ChunkIndex, ChunkSource
 from .planning import PlaneGeometry
 
@@ -93,3 +95,50 @@ def stream_profile(
                 yield block[along.reorder], int(got[along.reorder].sum())
     finally:
         stream.close()
+
+
+class ProfileStreams:
+    """A view controller's profiles, one at a time: :meth:`start` streams one on a ``name``
+    thread (a newer one stops it); the controller's view gets partial profiles at most every
+    ``interval`` seconds and the complete one, unless a newer one was asked for meanwhile."""
+
+    def __init__(self, controller: Any, *, name: str, interval: float = 0.2) -> None:
+        self.controller, self.name, self.interval = controller, name, float(interval)
+        self.generation = 0
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, point: Mapping[str, int], dim: str) -> threading.Thread:
+        with self._lock:
+            self.generation += 1
+            gen = self.generation
+        where = tuple(sorted((str(k), int(v)) for k, v in point.items()))
+        thread = threading.Thread(target=self._run, args=(gen, dict(where), dim), name=self.name, daemon=True)
+        self.thread = thread
+        thread.start()
+        return thread
+
+    def _run(self, gen: int, point: dict[str, int], dim: str) -> None:
+        ctl = self.controller
+
+        def stale() -> bool:
+            return gen != self.generation or bool(ctl.closed)
+
+        last, values, filled = 0.0, None, 0
+        try:
+            for values, filled in stream_profile(ctl.source, ctl.geometry, point, dim, engine=ctl.engine,
+                                                 cancelled=stale, timeout=ctl.timeout):
+                if time.monotonic() - last > self.interval:
+                    last = time.monotonic()
+                    self._show(Profile(gen, dim, tuple(point.items()), values.copy(), filled, False))
+        except TsExploreError as exc:
+            if ctl.view is not None and not stale():
+                ctl.view.show_error(exc)
+            return
+        if values is not None and not stale():
+            self._show(Profile(gen, dim, tuple(point.items()), values.copy(), filled, True))
+
+    def _show(self, profile: Profile) -> None:
+        view = self.controller.view
+        if view is not None and profile.generation == self.generation:
+            view.show_profile(profile)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,22 +23,61 @@ from ..engine.planning import plan_selection
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkIndex
 from .levels import ViewLevel, tile_requests
-from .planning import Frame, Range, ViewRequest, robust_range, to_uint8
+from .planning import Frame, Range, ViewRequest, frame_histogram, robust_range, to_uint8
+
+#: a colour range per channel (None: that channel's robust range)
+ChannelRanges = tuple[Range | None, ...]
 
 
 def _oriented(data: np.ndarray, request: ViewRequest) -> np.ndarray:
+    """The block read as ``(y, x)``, or ``(channel, y, x)`` with a channel dim."""
+    if request.channel_axis is not None:
+        data = np.moveaxis(data, request.channel_axis, 0)
+        return data.transpose(0, 2, 1) if request.transpose else data
     return data.T if request.transpose else data
 
 
+def colour_frame(request: ViewRequest, data: np.ndarray, clim: Range | ChannelRanges | None,
+                 percentiles: tuple[float, float], elapsed: float, mode: str = "replace",
+                 final: bool = True, rgb: bool = False) -> Frame:
+    """The :class:`Frame` of ``data`` (``(y, x)`` or ``(channel, y, x)``): colour indices over
+    ``clim`` (one range; one per channel; None: robust), and each channel's histogram.
+    RGB(A) ``uint8`` channels travel as they are (their own values are the colours)."""
+    if data.ndim == 2:
+        one: Any = clim if clim is not None and not _per_channel(clim) else robust_range(data, percentiles)
+        rng = (float(one[0]), float(one[1]))
+        return Frame(request, data, to_uint8(data, rng), rng, elapsed, mode, final,
+                     hists=(frame_histogram(data, rng),))
+    n = data.shape[0]
+    if rgb:
+        ranges = [(0.0, 255.0)] * n
+        image = np.ascontiguousarray(data, dtype=np.uint8)
+    else:
+        wanted: list[Any] = list(clim) if _per_channel(clim) else [clim] * n  # type: ignore[arg-type]
+        wanted += [None] * (n - len(wanted))
+        ranges = [(float(r[0]), float(r[1])) if r is not None else robust_range(data[k], percentiles)
+                  for k, r in enumerate(wanted[:n])]
+        image = np.empty(data.shape, np.uint8)
+        for k in range(n):
+            image[k] = to_uint8(data[k], ranges[k])
+    hists = tuple(frame_histogram(data[k], ranges[k]) for k in range(n))
+    return Frame(request, data, image, ranges[0], elapsed, mode, final, hists=hists, clims=tuple(ranges))
+
+
+def _per_channel(clim: Any) -> bool:
+    return clim is not None and len(clim) > 0 and (clim[0] is None or not np.isscalar(clim[0]))
+
+
 def read_frame(engine: Engine, level: ViewLevel, request: ViewRequest, *, channel: str,
-               clim: Range | None, percentiles: tuple[float, float], timeout: float | None,
-               started: float, mode: str = "replace", final: bool = True) -> Frame:
+               clim: Range | ChannelRanges | None, percentiles: tuple[float, float],
+               timeout: float | None, started: float, mode: str = "replace",
+               final: bool = True) -> Frame:
     """Read ``request`` of ``level`` and colour it (over ``clim``, or its robust range)."""
     data = read_selection(level.source, request.key, channel=channel, generation=request.generation,
                           timeout=timeout, engine=engine)
     data = _oriented(data, request)
-    rng = clim if clim is not None else robust_range(data, percentiles)
-    return Frame(request, data, to_uint8(data, rng), rng, time.perf_counter() - started, mode, final)
+    return colour_frame(request, data, clim, percentiles, time.perf_counter() - started, mode, final,
+                        rgb=level.plane.rgb)
 
 
 def read_tiles(engine: Engine, level: ViewLevel, request: ViewRequest, order: Sequence[ChunkIndex], *,
@@ -77,4 +117,5 @@ def read_tiles(engine: Engine, level: ViewLevel, request: ViewRequest, order: Se
         yield Frame(tile, data, to_uint8(data, clim), clim, time.perf_counter() - started, "tile", left == 0,
                     request)
     data = _oriented(assemble(plan, [arrived[i] for i in plan.chunk_indices()], source.dtype, timeout), request)
-    yield Frame(request, data, to_uint8(data, clim), clim, time.perf_counter() - started, "replace", True)
+    yield Frame(request, data, to_uint8(data, clim), clim, time.perf_counter() - started, "replace", True,
+                hists=(frame_histogram(data, clim),))

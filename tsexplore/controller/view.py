@@ -43,8 +43,9 @@ from .levels import (
     view_extent,
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
-from .profile import Profile, stream_profile
-from .reading import read_frame, read_tiles
+from .profile import Profile, ProfileStreams
+from .reading import ChannelRanges, read_frame, read_tiles
+from .roi import Region, RoiStats, RoiStreams
 
 #: seconds between two partial profiles sent to the view while one streams
 PROFILE_INTERVAL = 0.2
@@ -61,6 +62,10 @@ class View(Protocol):
 
     def show_profile(self, profile: Profile) -> None:
         """The newest profile so far (``profile.done`` once complete)."""
+
+    def show_roi(self, stats: RoiStats) -> None:
+        """The newest region statistics so far (``stats.done`` once complete). Optional: a
+        view without it is not told."""
 
 
 _ids = itertools.count(1)
@@ -89,7 +94,7 @@ class ViewController:
         view: View | None = None,
         state: ViewState | None = None,
         max_chunks: int = 256,
-        clim: Range | None = None,
+        clim: Range | ChannelRanges | None = None,
         percentiles: tuple[float, float] = (2.0, 98.0),
         timeout: float | None = None,
         cancel_after: float = 0.1,
@@ -130,8 +135,8 @@ class ViewController:
         self._delivered = -1
         self._frame: Frame | None = None
         self._pinned: list[Any] = []
-        self._profile_gen = 0
-        self.profile_thread: threading.Thread | None = None
+        self._profiles = ProfileStreams(self, name=f"tsexplore-profile-{self.id}", interval=PROFILE_INTERVAL)
+        self._rois = RoiStreams(self, name=f"tsexplore-roi-{self.id}", interval=PROFILE_INTERVAL)
         self._closed = False
         #: counters: updates received, generations read, frames delivered (pieces included),
         #: cancelled, errors, and reads shown progressively (a coarser level first)
@@ -144,7 +149,7 @@ class ViewController:
         g = self.geometry
         ay, ax = g.axis(g.ydim), g.axis(g.xdim)
         base = ViewLevel(g, LevelGeometry((g.shape[ay], g.shape[ax]), (g.chunks[ay], g.chunks[ax])))
-        if not levels:
+        if not levels or g.channel is not None:  # a composite is read from level 0
             return (base,)
         found = tuple(levels)
         first = found[0]
@@ -183,7 +188,7 @@ class ViewController:
     @property
     def profile_generation(self) -> int:
         """The newest profile asked for (only it reaches the view)."""
-        return self._profile_gen
+        return self._profiles.generation
 
     def _is_cached(self, level: int, index: ChunkIndex) -> bool:
         lv = self.levels[level]
@@ -400,7 +405,7 @@ class ViewController:
         if old:
             self.engine.cache.unpin(old)
 
-    # -- profile along a dim ---------------------------------------------------------------
+    # -- profile along a dim (see .profile) -------------------------------------------------
     def profile_at(self, point: Mapping[str, int], dim: str) -> threading.Thread:
         """Stream the profile along ``dim`` through ``point`` (indices of the other dims).
 
@@ -410,41 +415,32 @@ class ViewController:
         """
         if self._closed:
             raise TsExploreError("this view controller is closed; create a new Explorer")
-        with self._cond:
-            self._profile_gen += 1
-            gen = self._profile_gen
-        where = tuple(sorted((str(k), int(v)) for k, v in point.items()))
-        thread = threading.Thread(
-            target=self._stream_profile, args=(gen, dict(where), dim),
-            name=f"tsexplore-profile-{self.id}", daemon=True,
-        )
-        self.profile_thread = thread
-        thread.start()
-        return thread
+        return self._profiles.start(point, dim)
 
-    def _stream_profile(self, gen: int, point: dict[str, int], dim: str) -> None:
-        def stale() -> bool:
-            return gen != self._profile_gen or self._closed
+    @property
+    def profile_thread(self) -> threading.Thread | None:
+        return self._profiles.thread
 
-        last, values, filled = 0.0, None, 0
-        try:
-            for values, filled in stream_profile(
-                self.source, self.geometry, point, dim, engine=self.engine, cancelled=stale,
-                timeout=self.timeout,
-            ):
-                if time.monotonic() - last > PROFILE_INTERVAL:
-                    last = time.monotonic()
-                    self._show_profile(Profile(gen, dim, tuple(point.items()), values.copy(), filled, False))
-        except TsExploreError as exc:
-            if self.view is not None and not stale():
-                self.view.show_error(exc)
-            return
-        if values is not None and not stale():
-            self._show_profile(Profile(gen, dim, tuple(point.items()), values.copy(), filled, True))
+    # -- statistics of a region along a dim (see .roi) -------------------------------------
+    @property
+    def roi_generation(self) -> int:
+        return self._rois.generation
 
-    def _show_profile(self, profile: Profile) -> None:
-        if self.view is not None and profile.generation == self._profile_gen:
-            self.view.show_profile(profile)
+    @property
+    def roi_stats(self) -> RoiStats | None:
+        """The newest statistics of a region (partial while they stream), or None."""
+        return self._rois.stats
+
+    def roi(self, region: Region, dim: str) -> threading.Thread:
+        """Stream the mean, min and max of ``region`` (``((y0, y1), (x0, x1))``, half-open)
+        along ``dim`` at the other dims' current indices, as PLANNED reads, to the view's
+        ``show_roi``; a newer call (or :meth:`stop_roi`) stops it. Returns the thread."""
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        return self._rois.start(region, dim, {d: i for d, i in self._state.indices if d != dim})
+
+    def stop_roi(self) -> None:
+        self._rois.stop()
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
@@ -460,7 +456,7 @@ class ViewController:
             timer.cancel()
         if not self.engine.closed:
             self.engine.cancel(self.channel)
-        for thread in (self._thread, self.profile_thread):
+        for thread in (self._thread, self.profile_thread, self._rois.thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
         if self._pinned:

@@ -167,7 +167,8 @@ CANVAS_SAMPLES = """([n, extent, shape]) => {
   for (let i = 0; i < out.length; i += 8192) text += String.fromCharCode(...out.subarray(i, i + 8192));
   return btoa(text);
 }"""
-# the n-th canvas's browser-side state: its view (index edges), counts, last frame's meta
+# the n-th canvas's browser-side state: its view (index edges), counts, last frame's meta, the
+# histogram it draws (log heights per channel) and its channels' colours and toggles
 CANVAS_STATE = """(n) => {
   const root = document.querySelectorAll('.tse-canvas')[n];
   const s = root && [...(window.__tse_canvases ?? [])].find(st => [...st.views].some(v => v.el === root));
@@ -175,7 +176,10 @@ CANVAS_STATE = """(n) => {
   const m = s.last || {};
   return {view: s.view, counts: {...s.counts}, cmap: s.model.get('cmap'), dataset: {...root.dataset},
           last: {gen: m.gen, mode: m.mode, final: m.final, label: m.label, extent: m.extent, clim: m.clim,
-                 shape: m.shape, index: m.index}};
+                 shape: m.shape, index: m.index, channels: m.channels, clims: m.clims, info: m.info},
+          hist: s.hist ? {ranges: s.hist.ranges, max: s.hist.max, bytes: Array.from(s.hist.bytes)} : null,
+          channel_on: s.model.get('channel_on'), channel_colors: s.model.get('channel_colors'),
+          clim_display: s.model.get('clim'), channel_clims: s.model.get('channel_clims')};
 }"""
 # every visible widget, plot and canvas inside ``selector``'s first match, and the pairs of
 # them (neither inside the other) whose boxes overlap by more than one square pixel

@@ -6,8 +6,12 @@ browser); its profile plot and the StatsPanel are bokeh, so in a notebook load t
 extension once with ``hv.extension('bokeh', inline=True, comms='ipywidgets')``.
 """
 
+from ._entry import explore
 from .canvas import ImageCanvas
-from .explorer import Explorer, explore
+from .explorer import Explorer
+from .linked import LinkedViews, link
+from .roi import RoiHandle
 from .stats_panel import StatsPanel, stats_panel
 
-__all__ = ["Explorer", "ImageCanvas", "StatsPanel", "explore", "stats_panel"]
+__all__ = ["Explorer", "ImageCanvas", "LinkedViews", "RoiHandle", "StatsPanel", "explore", "link",
+           "stats_panel"]

@@ -90,6 +90,47 @@ def compose_lut(palette: np.ndarray, frame_clim: Range, display_clim: Range | No
     return pal[idx]
 
 
+def channel_ramp(colour: str) -> np.ndarray:
+    """A channel's 256-entry RGBA table: index 0 (NaN) black, 1..255 from black to ``colour``
+    (``"#rrggbb"``) -- what ``canvas.js``'s ``ramp`` computes."""
+    c = np.array([int(colour[k:k + 2], 16) for k in (1, 3, 5)], dtype=np.float64)
+    i = np.arange(256, dtype=np.float64)[:, None]
+    out = np.empty((256, 4), np.uint8)
+    out[:, :3] = np.floor(c * (i - 1) / 254 + 0.5).clip(0, 255)
+    out[0, :3] = 0
+    out[:, 3] = 255
+    return out
+
+
+def composite_rgba(indices: np.ndarray, colours: list[str], frame_clims: list[Range],
+                   display_clims: list[Range | None] | None = None, on: list[bool] | None = None,
+                   rgb: bool = False) -> np.ndarray:
+    """What the browser paints for a ``(channels, y, x)`` stack of colour indices: the sum of
+    each channel's colour (its ramp over its display range), clipped at 255, opaque; with
+    ``rgb`` the channels are R, G, B (A) as they are. Row 0 = lowest y index. The browser
+    test checks the canvas against this."""
+    idx = np.asarray(indices, dtype=np.uint8)
+    n = idx.shape[0]
+    on = list(on) if on else [True] * n
+    shown = [k < len(on) and on[k] for k in range(n)]
+    out = np.zeros((*idx.shape[1:], 4), np.uint8)
+    acc = np.zeros((*idx.shape[1:], 3), np.int64)
+    if rgb:
+        for k in range(min(n, 3)):
+            if shown[k]:
+                acc[..., k] = idx[k]
+        out[..., 3] = idx[3] if n > 3 and shown[3] else 255
+    else:
+        display = list(display_clims or []) + [None] * n
+        for k in range(n):
+            if shown[k]:
+                lut = compose_lut(channel_ramp(colours[k]), frame_clims[k], display[k])
+                acc += lut[idx[k]][..., :3]
+        out[..., 3] = 255
+    out[..., :3] = np.minimum(acc, 255)
+    return out
+
+
 def fit_view(extent: Extent, box: tuple[int, int]) -> Extent:
     """``extent`` widened (about its centre) so that a data pixel is square on a ``box``
     of (height, width) screen pixels; the view the canvas shows for a "reset"."""
@@ -112,6 +153,8 @@ class EncodedFrame:
     payload: bytes | memoryview = field(repr=False)
     shape: tuple[int, int]
     seconds: float = 0.0  # time spent encoding
+    #: the frame's histograms (256 log heights per channel) travelling with it
+    hist: bytes = field(default=b"", repr=False)
 
     @property
     def nbytes(self) -> int:

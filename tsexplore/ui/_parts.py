@@ -1,5 +1,5 @@
 """The Explorer's smaller pieces (kernel side): its control rows, the canvas slider seen as a
-slider, the profile plot (bokeh) and the "no pyramid" notice with its build button.
+slider, the colour range fields and the "no pyramid" notice with its build button.
 
 Layout: every block has its natural width (``flex: 0 0 auto``) inside rows that wrap, so at
 any width nothing overlaps: a block that does not fit beside the others goes below them.
@@ -45,6 +45,51 @@ def selection_of(ds: Any, var: str) -> Resolved:
     return found
 
 
+def channel_of(da: Any, channel: Any = "auto") -> tuple[str | None, bool]:
+    """The dim of ``da`` shown as the channels of a composite, and whether they are RGB(A).
+
+    ``channel="auto"``: a ``uint8`` array whose last dim has 3 or 4 values is RGB(A); else
+    the first dim named c, channel, band or wavelength (see
+    :data:`~tsexplore.controller.planning.CHANNEL_NAMES`) of at most 8 values; else none.
+    ``channel=None``: none (a slider instead); a dim name: that dim."""
+    from ..controller.planning import CHANNEL_NAMES, MAX_CHANNELS
+
+    dims = list(da.dims)
+    rgb_like = np.dtype(da.dtype) == np.uint8 and da.ndim >= 3 and int(da.shape[-1]) in (3, 4)
+    if channel is None:
+        return None, False
+    if channel != "auto":
+        if channel not in dims:
+            raise ConfigError(f"channel={channel!r} is not a dim of {da.name!r}, which has {tuple(dims)}")
+        return str(channel), rgb_like and channel == dims[-1]
+    if rgb_like:
+        return str(dims[-1]), True
+    for d in dims:
+        if str(d).lower() in CHANNEL_NAMES and int(da.sizes[d]) <= MAX_CHANNELS and da.ndim >= 3:
+            return str(d), False
+    return None, False
+
+
+class RangeField:
+    """A colour range bound (``ex.clim_lo``, ``ex.clim_hi``) seen as a field: ``value`` is the
+    bound in use (a fixed range, or the frame's robust one); setting it fixes the range. The
+    field the user sees is in the canvas (beside the histogram), filled from each frame."""
+
+    def __init__(self, name: str, get: Callable[[], float], set_: Callable[[float], Any]) -> None:
+        self.name, self._get, self._set = name, get, set_
+
+    @property
+    def value(self) -> float:
+        return float(self._get())
+
+    @value.setter
+    def value(self, value: float) -> None:
+        self._set(float(value))
+
+    def __repr__(self) -> str:
+        return f"<RangeField {self.name}={self.value:.6g}>"
+
+
 def indices_allow(frame_clim: tuple[float, float], display: tuple[float, float]) -> bool:
     """Whether indices quantised over ``frame_clim`` show ``display`` without a new read:
     the display range lies inside the frame's and keeps at least half its colour steps."""
@@ -84,11 +129,11 @@ def frame_info(frame: Any, nlevels: int) -> str:
         return f"gen {frame.generation}: {level}{'overview' if frame.mode == 'base' else 'tiles'} …"
     (y0, y1), (x0, x1) = req.region
     ny, nx = req.out_shape
-    lo, hi = frame.clim
+    ranges = ", ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in frame.channel_clims)
     tiles = " in tiles" if frame.mode == "tile" else ""
     return (f"gen {frame.generation}: {level}{ny}×{nx} px of y[{y0}:{y1}:{req.step[0]}] "
             f"x[{x0}:{x1}:{req.step[1]}], {len(req.chunks)} chunks{tiles}, {frame.elapsed * 1e3:.0f} ms, "
-            f"colour range [{lo:.4g}, {hi:.4g}]")
+            f"colour range{'s' if len(frame.channel_clims) > 1 else ''} {ranges}")
 
 
 def hover_text(frame: Any, iy: int, ix: int) -> str:
@@ -100,9 +145,11 @@ def hover_text(frame: Any, iy: int, ix: int) -> str:
     sy, sx = frame.request.step
     if not (y0 <= iy < y1 and x0 <= ix < x1):
         return ""
-    value = float(frame.data[(iy - y0) // sy, (ix - x0) // sx])
     note = "" if (sy, sx) == (1, 1) else f" (nearest sample, every {sy}×{sx})"
-    return f"value = {value:.6g}{note}"
+    at = frame.data[..., (iy - y0) // sy, (ix - x0) // sx]
+    if np.ndim(at):  # a composite: every channel's value
+        return "values = " + ", ".join(f"{float(v):.6g}" for v in np.ravel(at)) + note
+    return f"value = {float(at):.6g}{note}"
 
 
 def slider_rows(canvas: Any, dims: Sequence[str], canvas_dim: str | None, sizes: dict[str, int],
@@ -161,35 +208,6 @@ class CanvasSlider:
 
     def __repr__(self) -> str:
         return f"<CanvasSlider {self.description}={self.value} of {self.min}..{self.max}>"
-
-
-class ProfilePlot:
-    """The profile along the first slider dim through a clicked pixel (a bokeh line)."""
-
-    def __init__(self, dim: str | None, var: str, height: int, width: int = 300) -> None:
-        from bokeh.models import ColumnDataSource
-        from bokeh.plotting import figure
-
-        from ._kernel import bokeh_widget
-
-        self.source = ColumnDataSource({"x": np.zeros(0), "y": np.zeros(0)})
-        fig: Any = figure(
-            title="click the image for a profile" if dim else "no slider dim",
-            width=width, height=height, tools="pan,wheel_zoom,reset,save",
-            x_axis_label=f"{dim} index" if dim else "index", y_axis_label=var,
-        )
-        fig.line("x", "y", source=self.source, line_width=2)
-        fig.x_range.syncable = fig.y_range.syncable = False  # auto-ranged in the browser
-        self.figure = fig
-        self.widget = bokeh_widget(fig)
-
-    def show(self, values: np.ndarray, title: str) -> None:
-        with self.widget.batch():  # line and title in one patch
-            self.source.data = {"x": np.arange(values.size), "y": values}
-            self.figure.title.text = title
-
-    def close(self) -> None:
-        self.widget.close()
 
 
 class PyramidNotice:

@@ -23,6 +23,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,10 @@ CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
 NAN_RGBA = (217, 217, 217, 255)
 MODES = ("replace", "tile", "base")
 #: what each further frame of a message (``more``: tiles that travel together) says of itself
-PART_KEYS = ("gen", "shape", "extent", "clim", "encoding", "label", "index", "mode", "info", "final")
+PART_KEYS = ("gen", "shape", "extent", "clim", "encoding", "label", "index", "mode", "info", "final",
+             "channels", "clims", "hist")
+#: the colours of a composite's channels, in order (then white)
+CHANNEL_COLORS = ("#00ff00", "#ff00ff", "#00ffff", "#ffff00", "#ff0000", "#0000ff", "#ff8000", "#ffffff")
 #: the largest coordinate label list sent for a non-uniform axis (readouts and ticks)
 MAX_LABELS = 20_000
 
@@ -125,6 +129,16 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     slider = t.Dict().tag(sync=True)  # {} or {"dim", "size", "interval", "c0", "dc", "units", "labels"}
     hover_exact = t.Bool(False).tag(sync=True)
     lazy_ack_ms = t.Int(250).tag(sync=True)
+    # channels (a composite): a colour, a toggle and a display range each ([lo, hi] or None:
+    # the frame's own); ``rgb``: the channels are R, G, B (A) shown as they are
+    channel_names = t.List(t.Unicode()).tag(sync=True)
+    channel_colors = t.List(t.Unicode()).tag(sync=True)
+    channel_on = t.List(t.Bool()).tag(sync=True)
+    channel_clims = t.List(t.Any()).tag(sync=True)
+    rgb = t.Bool(False).tag(sync=True)
+    #: the region of the statistics along the slider ({"y": [lo, hi], "x": [lo, hi]} in index
+    #: edges; {}: none), drawn on the image
+    roi_box = t.Dict().tag(sync=True)
     _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
 
     # kernel side only: set from the browser's messages; ``viewport["shape"]`` is the plane's
@@ -162,6 +176,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         # "ready"); then the picture goes in one message (no frame is sent twice)
         self._ready = not wait_ready
         self._pixel_callbacks: list[Callable[[dict[str, Any]], Any]] = []
+        self._clim_callbacks: list[Callable[[int, Range], Any]] = []
+        self._roi_callbacks: list[Callable[[dict[str, Any]], Any]] = []
         self._index_callbacks: list[Callable[[int], Any]] = []
         self._hover: Callable[[int, int], Any] | None = None
         self.messages_in: Counter[str] = Counter()
@@ -171,7 +187,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     # -- frames ------------------------------------------------------------------------------
     def show(self, indices: np.ndarray, extent: Extent | None = None, clim: Range = (0.0, 1.0), *,
              generation: int | None = None, label: str = "", index: int | None = None,
-             mode: str = "replace", info: str = "", final: bool = True) -> int:
+             mode: str = "replace", info: str = "", final: bool = True,
+             clims: Any = None, hists: Any = ()) -> int:
         """Paint ``indices`` (2-D ``uint8``, 0 = NaN) covering ``extent`` (edges in index
         coordinates; default: the whole plane). ``clim`` is the range the indices were
         quantised over (for the value readout and for display-range changes). Frames of an
@@ -180,18 +197,22 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         others (an overview). ``label`` is drawn as the title, ``info`` on the status line
         under the plot; ``index`` (the slider position the frame shows) and ``final`` (the
         last piece of its generation) travel with it (``tse-paint`` events, ``data-*``
-        attributes). Callable from any thread; returns the generation."""
+        attributes). A ``(channels, y, x)`` stack is a composite (``clims``: each channel's
+        range); ``hists`` (:class:`~tsexplore.controller.Histogram`, one per channel) travel
+        with the frame as one more buffer of 256 log heights each. Callable from any thread;
+        returns the generation."""
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         arr = np.array(indices, dtype=np.uint8, order="C", copy=True)  # the caller may reuse its buffer
-        if arr.ndim != 2:
-            raise ConfigError(f"a frame is a 2-D uint8 plane, got shape {np.shape(indices)}")
+        if arr.ndim not in (2, 3):
+            raise ConfigError(f"a frame is a 2-D uint8 plane (or a stack of channels), got shape {np.shape(indices)}")
+        nch = 1 if arr.ndim == 2 else int(arr.shape[0])
         if extent is None:
-            extent = full_extent(arr.shape)  # type: ignore[arg-type]
+            extent = full_extent(arr.shape[-2:])  # type: ignore[arg-type]
         (y0, y1), (x0, x1) = extent
         lo, hi = float(clim[0]), float(clim[1])
         enc = self._pick_encoding(arr.size)
-        frame = encode_indices(arr, enc)
+        frame = encode_indices(arr.reshape(-1, arr.shape[-1]), enc)  # channels travel stacked
         self.costs.record(frame)
         with self._lock:
             if generation is None:
@@ -199,11 +220,17 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
                 generation = self._gen
             else:
                 self._gen = max(self._gen, int(generation))
-            meta = {"type": "frame", "gen": int(generation), "shape": list(arr.shape),
+            meta = {"type": "frame", "gen": int(generation), "shape": list(arr.shape[-2:]),
                     "extent": [[float(y0), float(y1)], [float(x0), float(x1)]], "clim": [lo, hi],
                     "encoding": frame.encoding, "label": str(label),
                     "index": None if index is None else int(index), "mode": mode,
-                    "info": str(info), "final": bool(final)}
+                    "info": str(info), "final": bool(final), "channels": nch,
+                    "clims": [[float(a), float(b)] for a, b in clims] if clims is not None else None,
+                    "hist": None}
+            if hists:
+                meta["hist"] = {"ranges": [[float(h.range[0]), float(h.range[1])] for h in hists],
+                                "max": [int(h.counts.max()) for h in hists]}
+                frame = replace(frame, hist=b"".join(h.log_bytes() for h in hists))
             item = (meta, frame)
             self._remember(item)
             if not self._ready:
@@ -239,7 +266,12 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         the base frame (if any), then of the frames (or tiles) of the newest generation."""
         with self._lock:
             items = ([self._base] if self._base is not None else []) + list(self._frames)
-        return [(dict(meta), decode_payload(frame)) for meta, frame in items]
+        out = []
+        for meta, frame in items:
+            idx = decode_payload(frame)
+            n = int(meta.get("channels") or 1)
+            out.append((dict(meta), idx.reshape(n, -1, idx.shape[-1]) if n > 1 else idx))
+        return out
 
     def clear(self) -> None:
         """Remove the picture."""
@@ -276,10 +308,16 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         """``parts`` as one message: the first frame's meta, the others' in ``more``."""
         lazy = self.ack_policy == "lazy" and not self.flow.has_pending
         self.flow.stamp(seq)
-        content = dict(parts[0][0], seq=seq, ack="lazy" if lazy else "now")
+        metas = [dict(m) for m, _ in parts]
+        buffers: list[Any] = [f.payload for _, f in parts]
+        for m, (_, f) in zip(metas, parts):  # histograms after the frames, one buffer each
+            if m.get("hist") is not None and f.hist:
+                m["hist"] = dict(m["hist"], buffer=len(buffers))
+                buffers.append(f.hist)
+        content = dict(metas[0], seq=seq, ack="lazy" if lazy else "now")
         if len(parts) > 1:
-            content["more"] = [{k: m[k] for k in PART_KEYS} for m, _ in parts[1:]]
-        self.send(content, buffers=[f.payload for _, f in parts])
+            content["more"] = [{k: m[k] for k in PART_KEYS} for m in metas[1:]]
+        self.send(content, buffers=buffers)
         for _, f in parts:
             self.by_encoding[f.encoding] += 1
         if lazy:
@@ -340,6 +378,14 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
                 self._from_browser = False
             for cb in list(self._index_callbacks):
                 cb(self.slider_value)
+        elif kind == "clim":
+            lo, hi = (float(v) for v in content["clim"])
+            for pick in list(self._clim_callbacks):
+                pick(int(content.get("channel", 0)), (lo, hi))
+        elif kind == "roi":
+            box = {"y": [float(v) for v in content["y"]], "x": [float(v) for v in content["x"]]}
+            for region in list(self._roi_callbacks):
+                region(box)
         elif kind == "hover" and self._hover is not None:
             iy, ix = int(content["iy"]), int(content["ix"])
             self.send({"type": "hover", "iy": iy, "ix": ix, "text": str(self._hover(iy, ix))})
@@ -368,6 +414,15 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     def on_pixel(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Call ``fn({"iy", "ix", "y", "x"})`` on every click on the image."""
         self._pixel_callbacks.append(fn)
+
+    def on_clim(self, fn: Callable[[int, Range], Any]) -> None:
+        """Call ``fn(channel, (lo, hi))`` when a colour range is picked in the browser (a
+        histogram handle dragged, a range field typed; it is already shown there)."""
+        self._clim_callbacks.append(fn)
+
+    def on_roi(self, fn: Callable[[dict[str, Any]], Any]) -> None:
+        """Call ``fn({"y": [lo, hi], "x": [lo, hi]})`` (index edges) after a shift-drag."""
+        self._roi_callbacks.append(fn)
 
     def on_index(self, fn: Callable[[int], Any]) -> None:
         """Call ``fn(value)`` when the browser's slider moves (not when the kernel sets it)."""

@@ -25,20 +25,27 @@ from typing import Any
 
 import numpy as np
 
-from ..controller import Frame, PlaneGeometry, Profile, ViewController, ViewLevel, ViewState
+from ..controller import (
+    Frame,
+    PlaneGeometry,
+    Profile,
+    RoiStats,
+    ViewController,
+    ViewLevel,
+    ViewState,
+)
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
 from ._axes import AxisMap
+from ._colour import ExplorerColour
 from ._kernel import Dispatcher
 from ._parts import (
-    ProfilePlot,
     as_dataset,
     block,
+    channel_of,
     dropdown,
     frame_info,
     hover_text,
-    indices_allow,
-    range_toggle,
     row,
     selection_of,
     slider_rows,
@@ -46,6 +53,8 @@ from ._parts import (
 from ._pyramids import ExplorerLevels
 from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
+from .profile import ProfilePanel
+from .roi import RoiHandle, RoiPanel, RoiPlot
 
 SLIDERS = ("canvas", "ipywidgets")
 PROFILE_WIDTH = 300
@@ -64,7 +73,10 @@ class _Bound:
         self.explorer._report(exc)
 
     def show_profile(self, profile: Profile) -> None:
-        self.explorer._profile(profile, self.build)
+        self.explorer.profiles.update(profile, self.build)
+
+    def show_roi(self, stats: RoiStats) -> None:
+        self.explorer.rois.update(stats, self.build)
 
 
 class Explorer:
@@ -90,6 +102,7 @@ class Explorer:
         encoding: str = "auto",
         levels: Any = None,
         pyramids: Any = None,
+        channel: Any = "auto",
     ) -> None:
         self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
@@ -104,6 +117,7 @@ class Explorer:
             raise ConfigError(f"slider must be one of {SLIDERS}, got {slider!r}")
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
         self.slider_kind = slider
+        self._channel_arg = channel
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._builds = 0
@@ -112,11 +126,11 @@ class Explorer:
         self._closed = False
         self._paint_lock = threading.Lock()
         self._initial_view = dict(view or {})
-        self._profile_thread: threading.Thread | None = None
-        self.profile_values: np.ndarray | None = None
         self.painted_frames = 0
         self.stats_panel: Any = None
-        self.profile_plot: ProfilePlot | None = None
+        self.profile_width = PROFILE_WIDTH
+        #: called with ``(self, changes)`` after each view change (linked views follow)
+        self.followers: list[Any] = []
         self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
         self._observe_controls()
         self._build()
@@ -127,18 +141,18 @@ class Explorer:
         in blocks that wrap (see ``_parts``)."""
         import ipywidgets as w
 
-        dims = list(self.ds[var].dims)
+        dims = self._plane_dims(var)
         if (y or dims[-2]) not in dims or (x or dims[-1]) not in dims:
-            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r}, which has {tuple(dims)}")
+            raise ConfigError(f"x={x!r} and y={y!r} must be dims of {var!r} other than its channel dim; "
+                              f"it has {tuple(self.ds[var].dims)}")
         self.var_picker = dropdown(w, "variable", self.names, var, "190px")
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
         self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
-        self.clim_mode = range_toggle(w, "fixed" if clim else "robust")
-        lo, hi = clim or (0.0, 1.0)
-        small = {"description_width": "initial"}
-        self.clim_lo = w.FloatText(value=lo, description="min", style=small, layout=w.Layout(width="120px"))
-        self.clim_hi = w.FloatText(value=hi, description="max", style=small, layout=w.Layout(width="120px"))
+        # the range fields the user sees are in the canvas, beside the histogram (filled from
+        # each frame: no message of their own); clim_lo / clim_hi are their kernel side
+        self.colour = ExplorerColour(self, w, clim)
+        self.clim_mode, self.clim_lo, self.clim_hi = self.colour.mode, self.colour.lo, self.colour.hi
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
@@ -149,12 +163,13 @@ class Explorer:
         self.players: dict[str, Any] = {}
         self.slider_box = w.VBox()
         self.pyramid = ExplorerLevels(w, levels, pyramids, var, self.dispatch)
-        self.profile_box = block(w, [])
+        self.profiles = ProfilePanel(self, block(w, []))
+        self.rois = RoiPanel(self, block(w, []))
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
-                    row(w, [self.cmap_picker, self.clim_mode, self.clim_lo, self.clim_hi])]
+                    row(w, [self.cmap_picker, self.clim_mode])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.width + 72, 480)}px")
-        children = [self.main, self.profile_box]
+        children = [self.main, self.profiles.box, self.rois.box]
         if stats:
             from .stats_panel import StatsPanel
 
@@ -171,12 +186,12 @@ class Explorer:
         for picker in (self.y_picker, self.x_picker):
             picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
-        for ctl in (self.clim_mode, self.clim_lo, self.clim_hi):
-            ctl.observe(self._on_clim, "value")
+        self.canvas.on_clim(self.colour.picked)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
         self.canvas.on_hover(self._hover_text)
+        self.canvas.on_roi(self.rois.dragged)
         self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
@@ -197,7 +212,9 @@ class Explorer:
         self.da = da
         self.selection = selection_of(self.ds, var)
         self.source = self.selection.source
-        self.geometry = PlaneGeometry.of(self.selection, ydim, xdim)
+        channel, rgb = channel_of(da, self._channel_arg)
+        self.geometry = PlaneGeometry.of(self.selection, ydim, xdim, channel, rgb)
+        self.colour.reset(self.geometry, da)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         view = self._initial_view
         self._initial_view = {}
@@ -216,15 +233,38 @@ class Explorer:
                           height=self.height, width=self.width)
         self.controller = ViewController(
             self.selection, self.geometry, engine=get_engine(), view=_Bound(self, self._builds),  # type: ignore[arg-type]
-            state=state, max_chunks=self.max_chunks, clim=self._clim(),
-            levels=self.pyramid.view_levels(self.selection, self.geometry, var),
+            state=state, max_chunks=self.max_chunks, clim=self.colour.clim(),
+            levels=None if channel else self.pyramid.view_levels(self.selection, self.geometry, var),
             inline_cached=True,  # a cached slider move is sent from the comm handler itself
         )
         watch(self.controller)
         self._build_sliders(indices)
-        self._build_profile()
+        self.profiles.reset()
+        self.rois.drop()
         self.notice.show(None)
         self.controller.update()
+
+    def _plane_dims(self, var: str) -> list[str]:
+        """The dims of ``var`` that can be shown as y and x (all but the channel dim)."""
+        channel, _ = channel_of(self.ds[var], self._channel_arg)
+        return [str(d) for d in self.ds[var].dims if d != channel]
+
+    @property
+    def channels(self) -> list[str]:
+        """The names of the composite's channels ([] without a channel dim)."""
+        return self.colour.channels
+
+    def show_channel(self, channel: int | str, on: bool = True) -> None:
+        """Show (or hide) one channel of the composite (blended again in the browser)."""
+        self.colour.show_channel(channel, on)
+
+    def clim_in_use(self, channel: int = 0) -> tuple[float, float]:
+        """The colour range ``channel`` is shown with now (fixed, or the frame's robust one)."""
+        return self.colour.in_use(channel)
+
+    def set_clim(self, lo: float | None = None, hi: float | None = None, channel: int = 0) -> None:
+        """Fix the colour range of ``channel`` (a bound not given keeps the one in use)."""
+        self.colour.set(lo, hi, channel)
 
     def _canvas_slider(self, indices: dict[str, int]) -> dict[str, Any]:
         dims = self.geometry.slider_dims
@@ -239,30 +279,9 @@ class Explorer:
             indices, self.axes, self._on_index)
         self.slider_box.children = rows
 
-    def _build_profile(self) -> None:
-        """A placeholder the size of the profile plot: the plot (bokeh, ~0.1 s to build) is
-        made on the first click, so that opening an Explorer paints its image sooner."""
-        import ipywidgets as w
-
-        if self.profile_plot is not None:
-            self.profile_plot.close()  # the previous variable's / dims' profile
-            self.profile_plot = None
-        dim = self.profile_dim
-        text = f"click the image for a profile along {dim}" if dim else "no other dim to profile along"
-        self.profile_box.children = [w.HTML(f"<b>{text}</b>", layout=w.Layout(
-            width=f"{PROFILE_WIDTH}px", height=f"{self._profile_height}px"))]
-
     @property
     def _profile_height(self) -> int:
         return max(200, self.height // 2 + 60)
-
-    def _clim(self) -> tuple[float, float] | None:
-        if self.clim_mode.value == "robust":
-            return None
-        lo, hi = float(self.clim_lo.value), float(self.clim_hi.value)
-        if not hi > lo:
-            raise ConfigError(f"the colour range needs max > min, got min={lo} max={hi}")
-        return (lo, hi)
 
     @property
     def profile_dim(self) -> str | None:
@@ -280,12 +299,19 @@ class Explorer:
         if dim in self.readouts:
             self.readouts[dim].value = self.axes[dim].label(int(value))
         assert self.controller is not None
-        self.controller.update(indices={dim: int(value)})
+        self._update(indices={dim: int(value)})
 
     def _on_canvas_slider(self, change: Any) -> None:
         dims = self.geometry.slider_dims
         if self.slider_kind == "canvas" and dims and self.controller is not None:
-            self.controller.update(indices={dims[0]: int(change["new"])})
+            self._update(indices={dims[0]: int(change["new"])})
+
+    def _update(self, **changes: Any) -> None:
+        """Change the view, and tell the views linked to this one (``followers``)."""
+        assert self.controller is not None
+        self.controller.update(**changes)
+        for follow in list(self.followers):
+            follow(self, changes)
 
     def _on_viewport(self, change: Any) -> None:
         """The browser's view (after a pan, a zoom, a reset or a new size)."""
@@ -302,7 +328,7 @@ class Explorer:
                 r is not None and all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(r, q))
                 for r, q in zip(have[:2], want[:2])):
             return
-        ctl.update(y_range=want[0], x_range=want[1], height=want[2], width=want[3])
+        self._update(y_range=want[0], x_range=want[1], height=want[2], width=want[3])
 
     def set_view(self, y_range: Any = None, x_range: Any = None) -> None:
         """Show this region (edges in index coordinates; None: the whole axis), widened to
@@ -311,7 +337,7 @@ class Explorer:
             return
         yr, xr_ = self.canvas.fitted(y_range, x_range)
         self.canvas.set_view(yr, xr_)
-        self.controller.update(y_range=yr, x_range=xr_)
+        self._update(y_range=yr, x_range=xr_)
 
     def set_ranges(self, x_range: Any = None, y_range: Any = None) -> None:
         """Show the coordinate ranges ``x_range``/``y_range`` (what a pan or zoom shows)."""
@@ -321,7 +347,7 @@ class Explorer:
         self.set_view(self.axes[geom.ydim].index_range(*y_range), self.axes[geom.xdim].index_range(*x_range))
 
     def _on_var(self, change: Any) -> None:
-        dims = list(self.ds[change["new"]].dims)
+        dims = self._plane_dims(change["new"])
         with self.y_picker.hold_trait_notifications(), self.x_picker.hold_trait_notifications():
             self.y_picker.unobserve(self._on_dims, "value")
             self.x_picker.unobserve(self._on_dims, "value")
@@ -343,19 +369,6 @@ class Explorer:
     def _on_cmap(self, change: Any) -> None:
         self.canvas.cmap = change["new"]  # the browser recolours: nothing is read or sent
 
-    def _on_clim(self, change: Any) -> None:
-        try:
-            clim = self._clim()
-        except ConfigError as exc:
-            self.info.value = f"<span style='color:#b00'>{exc}</span>"
-            return
-        assert self.controller is not None
-        self.controller.clim = clim
-        self.canvas.clim = None if clim is None else list(clim)  # recoloured in the browser now
-        frame = self.controller.frame
-        if clim is None or frame is None or not indices_allow(frame.clim, clim):
-            self.controller.refresh()  # quantised again over the new range
-
     # -- the controller's View (called on its threads) --------------------------------------
     def _paint(self, frame: Frame, build: int) -> None:
         """Hand ``frame`` to the canvas unless a newer generation was painted (view thread)."""
@@ -367,7 +380,8 @@ class Explorer:
             dims = self.geometry.slider_dims
             index = frame.request.state.index(dims[0]) if dims else None
             self.canvas.show(frame.image, frame.extent, frame.clim, generation=gen, label=self._title(frame),
-                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final)
+                             index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final,
+                             clims=frame.clims or None, hists=frame.hists)
             self._painted = frame.generation
             self.painted_frames += 1
         if frame.final:
@@ -395,39 +409,42 @@ class Explorer:
 
     def profile_at(self, iy: int, ix: int) -> threading.Thread | None:
         """Stream the profile through pixel ``(iy, ix)`` along the first slider dim."""
-        geom = self.geometry
-        ny, nx = geom.shape[geom.axis(geom.ydim)], geom.shape[geom.axis(geom.xdim)]
-        dim = self.profile_dim
-        if dim is None or not (0 <= iy < ny and 0 <= ix < nx) or self.controller is None:
-            return None
-        point = dict(self.controller.state.indices)
-        point.update({geom.ydim: iy, geom.xdim: ix})
-        self._profile_thread = self.controller.profile_at(point, dim)
-        return self._profile_thread
+        return self.profiles.at(iy, ix)
 
-    def _profile(self, profile: Profile, build: int) -> None:
-        geom = self.geometry
-        point = dict(profile.point)
-        title = f"{self.var_picker.value} at {geom.ydim}={point[geom.ydim]}, {geom.xdim}={point[geom.xdim]}"
-        if profile.done:
-            self.profile_values = profile.values
-        self.dispatch(self._send_profile, build, profile, title if profile.done else title + " …")
-
-    def _send_profile(self, build: int, profile: Profile, title: str) -> None:
-        """Plot ``profile`` unless a newer one (or another variable) came since (kernel thread)."""
-        ctl = self.controller
-        if build != self._builds or ctl is None or profile.generation != ctl.profile_generation:
-            return
-        if self.profile_plot is None:
-            self.profile_plot = ProfilePlot(self.profile_dim, self.var_picker.value, self._profile_height,
-                                            PROFILE_WIDTH)
-            self.profile_box.children = [self.profile_plot.widget]
-        self.profile_plot.show(profile.values, title)
+    @property
+    def profile_values(self) -> np.ndarray | None:
+        """The newest complete profile's values."""
+        return self.profiles.values
 
     @property
     def profile_source(self) -> Any:
         """The profile plot's data (a bokeh ``ColumnDataSource``; None before the first click)."""
-        return None if self.profile_plot is None else self.profile_plot.source
+        return None if self.profiles.plot is None else self.profiles.plot.source
+
+    @property
+    def _profile_thread(self) -> threading.Thread | None:
+        return self.profiles.thread
+
+    # -- statistics of a region ---------------------------------------------------------------
+    def roi(self, y: Any = None, x: Any = None, *, dim: str | None = None, **by_dim: Any) -> RoiHandle:
+        """Stream the mean, min and max of a region of the plane along the slider dim ``dim``
+        (default: the first), at the current indices of the other dims.
+
+        ``y`` / ``x`` (or the shown dims by name) are index slices of the plane (``None``:
+        all of it), as ``isel`` takes them. The reads go below the visible ones' priority; a
+        newer region (or a shift-drag on the image) stops this one. Returns a
+        :class:`~tsexplore.ui.roi.RoiHandle`: ``.result(timeout)`` is an ``xarray.Dataset``
+        (``mean``, ``min``, ``max``)."""
+        return self.rois.start(y, x, dim=dim, **by_dim)
+
+    @property
+    def roi_handle(self) -> RoiHandle | None:
+        """The newest region's statistics, or None."""
+        return self.rois.handle
+
+    @property
+    def roi_plot(self) -> RoiPlot | None:
+        return self.rois.plot
 
     # -- building a pyramid ------------------------------------------------------------------
     def build_pyramid(self, target: str | None = None) -> threading.Thread:
@@ -458,8 +475,8 @@ class Explorer:
         if self.stats_panel is not None:
             self.stats_panel.close()
         self.pyramid.close()
-        if self.profile_plot is not None:
-            self.profile_plot.close()
+        self.profiles.close()
+        self.rois.close()
         self.canvas.close()
         self.widget.close()
 
@@ -472,20 +489,11 @@ class Explorer:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def link(self, *others: Explorer) -> Any:
+        """Keep ``others``' slider, pan and zoom in step with this one (:mod:`.linked`)."""
+        from .linked import link
+
+        return link(self, *others)
+
     def __repr__(self) -> str:
         return f"<Explorer {self.var_picker.value} {self.controller!r}>"
-
-
-def explore(obj: Any, var: str | None = None, **kwargs: Any) -> Explorer:
-    """An :class:`Explorer` on a Dataset or DataArray (``ds.tse.explore()`` calls this)."""
-    try:
-        import anywidget  # noqa: F401
-        import bokeh  # noqa: F401
-        import holoviews  # noqa: F401 - colormaps
-        import ipywidgets  # noqa: F401
-        import jupyter_bokeh  # noqa: F401
-    except ImportError as exc:
-        from ..errors import missing_dependency
-
-        raise missing_dependency(exc.name or "ipywidgets", "lab", "the Explorer") from exc
-    return Explorer(obj, var, **kwargs)

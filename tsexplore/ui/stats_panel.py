@@ -161,11 +161,22 @@ class StatsPanel:
             f"  in flight {snap.in_flight}\n"
             f"latency p50 {snap.latency_p50 * 1e3:.1f} ms  p95 {snap.latency_p95 * 1e3:.1f} ms\n"
             f"cache {snap.cache_bytes / 1e6:.0f}/{snap.cache_budget / 1e6:.0f} MB"
-            f"</code>"
+            f"{self._roi_line(ctl)}</code>"
         )
         self.last = snap
         self.ticks += 1
         return snap
+
+    @staticmethod
+    def _roi_line(ctl: Any) -> str:
+        """The region statistics' own stream (PLANNED reads, below the visible ones)."""
+        stats = getattr(ctl, "roi_stats", None) if ctl is not None else None
+        if stats is None:
+            return ""
+        (y0, y1), (x0, x1) = stats.region
+        state = "complete" if stats.done else f"{stats.progress:.0%}"
+        return (f"\nregion y[{y0}:{y1}] x[{x0}:{x1}] along {stats.dim}: {stats.chunks}/{stats.total}"
+                f" chunks (planned reads), {state}")
 
     @property
     def history(self) -> dict[str, np.ndarray]:

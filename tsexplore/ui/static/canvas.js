@@ -41,6 +41,19 @@ function composeLut(pal, fc, dc) {
   return out;
 }
 
+// A channel's table: black (index 1) to its colour (index 255), index 0 (NaN) black
+// (tsexplore.ui._frames.channel_ramp is the same arithmetic).
+function ramp(hex) {
+  const c = [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16));
+  const out = new Uint32Array(256);
+  for (let i = 1; i < 256; i++) {
+    const [r, g, b] = c.map((v) => Math.floor(v * (i - 1) / 254 + 0.5));
+    out[i] = (255 << 24 | b << 16 | g << 8 | r) >>> 0;
+  }
+  out[0] = 0xff000000;
+  return out;
+}
+
 function make(tag, className) { const e = document.createElement(tag); e.className = className; return e; }
 
 function niceStep(span, n) {
@@ -71,9 +84,14 @@ class State {
     this.counts = { received: 0, painted: 0, stale: 0, bytes: 0 };
     this.last = null; // meta of the last painted frame
     this.playing = false;
+    this.active = 0; // the channel whose histogram is shown
+    this.dragClim = null; // {channel, clim} while a histogram handle is dragged
     this.index = (model.get("slider") || {}).value ?? 0;
     model.on("msg:custom", (msg, buffers) => this.onMessage(msg, buffers));
-    for (const name of ["cmap", "clim", "y_origin"]) model.on(`change:${name}`, () => this.recolour());
+    for (const name of ["cmap", "clim", "y_origin", "channel_clims", "channel_on", "channel_colors"]) {
+      model.on(`change:${name}`, () => this.recolour());
+    }
+    model.on("change:roi_box", () => this.drawAll());
     model.on("change:palettes", () => { this.pal = palettes(model); this.recolour(); });
     // new axes or a new size: show the whole plane again, and tell the kernel
     for (const name of ["x_axis", "y_axis", "width", "height"]) model.on(`change:${name}`, () => this.resetView());
@@ -135,10 +153,12 @@ class State {
       else this.ackTimer = setTimeout(() => this.flushAck(), this.model.get("lazy_ack_ms"));
       // with the tiles that travelled along (``more``), added in their order
       let done = Promise.resolve();
-      [[msg, bytes], ...(msg.more || []).map((part, k) => [{ ...msg, ...part }, bytesOf(buffers[k + 1])])]
+      [[msg, bytes], ...(msg.more || []).map((part, k) => [{ ...msg, hist: null, ...part }, bytesOf(buffers[k + 1])])]
         .forEach(([m, b], k) => {
           if (k) this.counts.bytes += b.byteLength;
-          done = done.then(() => this.decode(m, b)).then((idx) => this.addFrame(m, idx));
+          const hist = m.hist ? { ...m.hist, bytes: bytesOf(buffers[m.hist.buffer]).slice() } : null;
+          if (hist) this.counts.bytes += hist.bytes.byteLength;
+          done = done.then(() => this.decode(m, b)).then((idx) => this.addFrame(m, idx, hist));
         });
     } else if (msg.type === "ack?") {
       this.flushAck();
@@ -155,7 +175,7 @@ class State {
     }
   }
   async decode(msg, bytes) {
-    const [h, w] = msg.shape;
+    const [h0, w] = msg.shape, h = h0 * (msg.channels || 1); // channels travel stacked
     if (msg.encoding === "raw") return bytes;
     const type = msg.encoding === "png" ? "image/png" : "image/webp";
     const bmp = await createImageBitmap(new Blob([bytes], { type }),
@@ -167,7 +187,7 @@ class State {
     bmp.close();
     return out;
   }
-  addFrame(msg, idx) {
+  addFrame(msg, idx, hist) {
     const mode = msg.mode || "replace";
     if ((mode === "base" && msg.gen < this.baseGen) || (mode !== "base" && msg.gen < this.gen)) {
       this.counts.stale++;
@@ -179,7 +199,8 @@ class State {
     const same = old && old.w === w && old.h === h;
     const canvas = same ? old.canvas : new OffscreenCanvas(Math.max(1, w), Math.max(1, h));
     const img = same ? old.img : new ImageData(Math.max(1, w), Math.max(1, h));
-    const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, canvas, img, extent: { y0, y1, x0, x1 } };
+    const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, clims: msg.clims || [msg.clim],
+                    nch: msg.channels || 1, canvas, img, extent: { y0, y1, x0, x1 } };
     this.colour(layer);
     if (mode === "base") { // a newer picture's overview: the older picture goes
       this.base = layer; this.baseGen = msg.gen;
@@ -190,30 +211,89 @@ class State {
       if (this.layers.length > MAX_TILES) this.layers.shift();
     } else { this.layers = [layer]; this.gen = msg.gen; }
     this.last = msg;
+    if (hist) this.hist = hist;
     this.counts.painted++;
     this.drawAll(msg);
     if (this.playing && (msg.index == null || msg.index === this.index)) this.stepLater();
   }
 
   // -- colour -------------------------------------------------------------------------------
+  // the display range of channel k: dragged now, else set, else the frame's own
+  display(k) {
+    if (this.dragClim && this.dragClim.channel === k) return this.dragClim.clim;
+    if (this.nch() > 1) return (this.model.get("channel_clims") || [])[k] || null;
+    return this.model.get("clim");
+  }
+  nch() { return (this.last && this.last.channels) || 1; }
+  inUse(k) {
+    const d = this.display(k);
+    if (d) return d;
+    const m = this.last;
+    return m ? (m.clims || [m.clim])[k] || m.clim : null;
+  }
   colour(layer) {
+    if (layer.nch > 1) { this.composite(layer); return; }
     const pal = this.pal.get(this.model.get("cmap")) || this.pal.values().next().value;
     if (!pal) return;
-    const lut = composeLut(pal, layer.clim, this.model.get("clim"));
+    const lut = composeLut(pal, layer.clim, this.display(0));
     const out = new Uint32Array(layer.img.data.buffer), idx = layer.idx, w = layer.w, h = layer.h;
-    if (this.model.get("y_origin") === "lower") { // row 0 (lowest y index) at the bottom
-      for (let r = 0; r < h; r++) {
-        const s = r * w, d = (h - 1 - r) * w;
-        for (let c = 0; c < w; c++) out[d + c] = lut[idx[s + c]];
+    this.paintRows(out, w, h, (s, d) => { for (let c = 0; c < w; c++) out[d + c] = lut[idx[s + c]]; });
+    layer.canvas.getContext("2d").putImageData(layer.img, 0, 0);
+  }
+  paintRows(out, w, h, row) { // row(source offset, destination offset): y_origin decides the order
+    const lower = this.model.get("y_origin") === "lower";
+    for (let r = 0; r < h; r++) row(r * w, (lower ? h - 1 - r : r) * w);
+  }
+  // channels: an additive blend of each channel's colour ramp (or RGB(A) as it is)
+  // (tsexplore.ui._frames.composite_rgba is the same arithmetic)
+  composite(layer) {
+    const n = layer.nch, w = layer.w, h = layer.h, plane = w * h, idx = layer.idx;
+    const on = this.model.get("channel_on") || [], colours = this.model.get("channel_colors") || [];
+    const rgba = new Uint8ClampedArray(layer.img.data.buffer);
+    const acc = new Uint16Array(plane * 3);
+    if (this.model.get("rgb")) {
+      for (let k = 0; k < Math.min(n, 3); k++) {
+        if (on[k] === false) continue;
+        for (let i = 0; i < plane; i++) acc[i * 3 + k] = idx[k * plane + i];
       }
     } else {
-      for (let i = 0; i < w * h; i++) out[i] = lut[idx[i]];
+      for (let k = 0; k < n; k++) {
+        if (on[k] === false) continue;
+        const lut = composeLut(ramp(colours[k] || "#ffffff"), layer.clims[k], this.display(k));
+        for (let i = 0; i < plane; i++) {
+          const c = lut[idx[k * plane + i]];
+          acc[i * 3] += c & 255; acc[i * 3 + 1] += (c >>> 8) & 255; acc[i * 3 + 2] += (c >>> 16) & 255;
+        }
+      }
     }
+    const alpha = this.model.get("rgb") && n > 3 && on[3] !== false ? 3 * plane : -1;
+    this.paintRows(null, w, h, (s, d) => {
+      for (let c = 0; c < w; c++) {
+        const i = s + c, o = (d + c) * 4;
+        rgba[o] = acc[i * 3]; rgba[o + 1] = acc[i * 3 + 1]; rgba[o + 2] = acc[i * 3 + 2];
+        rgba[o + 3] = alpha >= 0 ? idx[alpha + i] : 255;
+      }
+    });
     layer.canvas.getContext("2d").putImageData(layer.img, 0, 0);
   }
   recolour() {
     for (const l of [this.base, ...this.layers]) if (l) this.colour(l);
     this.drawAll();
+  }
+  // a colour range picked in the browser (a handle dragged, a field typed): shown now, the
+  // kernel told (it quantises again when the indices cannot show it)
+  pickClim(k, clim, final = true) {
+    if (!(clim[1] > clim[0])) return;
+    this.dragClim = final ? null : { channel: k, clim };
+    if (final) {
+      if (this.nch() > 1) {
+        const all = [...(this.model.get("channel_clims") || [])];
+        while (all.length < this.nch()) all.push(null);
+        all[k] = clim; this.model.set("channel_clims", all);
+      } else this.model.set("clim", clim);
+      this.send({ type: "clim", channel: k, clim });
+    }
+    this.recolour();
   }
   drawAll(msg) { this.views.forEach((v) => v.draw(msg)); }
 
@@ -247,9 +327,21 @@ class View {
     this.bar = make("div", "tse-canvas-bar");
     this.readout = make("span", "tse-canvas-readout"); this.bar.append(this.readout);
     this.info = make("div", "tse-canvas-info"); this.sliderRow = make("div", "tse-canvas-slider");
-    el.append(this.canvas, this.bar, this.sliderRow, this.info);
+    this.histRow = make("div", "tse-canvas-hist");
+    this.hist = make("canvas", "tse-canvas-hist-plot"); this.histRow.append(this.hist);
+    this.rangeRow = make("div", "tse-canvas-ranges");
+    this.lo = make("input", "tse-canvas-lo"); this.hi = make("input", "tse-canvas-hi");
+    for (const [f, name] of [[this.lo, "min"], [this.hi, "max"]]) {
+      Object.assign(f, { type: "number", step: "any", title: `colour range ${name}` });
+      const label = make("label", "tse-canvas-range-label"); label.append(`${name} `, f);
+      this.rangeRow.append(label);
+      f.addEventListener("change", () => this.typed());
+    }
+    this.chips = make("span", "tse-canvas-chips"); this.rangeRow.append(this.chips);
+    el.append(this.canvas, this.bar, this.sliderRow, this.histRow, this.rangeRow, this.info);
     this.buildSlider();
     this.listen();
+    this.listenHist();
     this.draw();
     // a view made after frames came shows them: say so once it is in the page
     if (state.last) requestAnimationFrame(() => this.draw(state.last));
@@ -260,17 +352,28 @@ class View {
     let drag = null;
     c.addEventListener("pointerdown", (e) => {
       if (!this.inPlot(e)) return;
-      drag = { x: e.offsetX, y: e.offsetY, view: { ...s.view }, moved: false };
+      drag = { x: e.offsetX, y: e.offsetY, view: { ...s.view }, moved: false, roi: e.shiftKey };
       c.setPointerCapture(e.pointerId);
     });
     c.addEventListener("pointermove", (e) => {
       this.hover(e);
       if (!drag) return;
+      if (drag.roi) { // shift-drag: a region for statistics along the slider
+        const a = this.toData(drag.x, drag.y), b = this.toData(e.offsetX, e.offsetY);
+        s.roiDraft = { y: [Math.min(a.y, b.y), Math.max(a.y, b.y)], x: [Math.min(a.x, b.x), Math.max(a.x, b.x)] };
+        s.drawAll();
+        return;
+      }
       const dx = e.offsetX - drag.x, dy = e.offsetY - drag.y;
       if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
       if (drag.moved) this.pan(-dx, -dy, drag.view); // the picture follows the pointer
     });
-    c.addEventListener("pointerup", (e) => { if (drag && !drag.moved) this.click(e); drag = null; });
+    c.addEventListener("pointerup", (e) => {
+      if (drag && drag.roi && s.roiDraft) {
+        s.send({ type: "roi", ...s.roiDraft }); s.roiDraft = null;
+      } else if (drag && !drag.moved && !drag.roi) this.click(e);
+      drag = null;
+    });
     c.addEventListener("wheel", (e) => {
       if (!this.inPlot(e)) return;
       e.preventDefault();
@@ -298,6 +401,99 @@ class View {
       if (done) e.preventDefault();
     });
     for (const type of ["keyup", "keypress"]) this.el.addEventListener(type, (e) => e.stopPropagation());
+  }
+
+  // -- the contrast histogram: two handles set the active channel's colour range ---------------
+  histSpan() {
+    const h = this.s.hist, k = this.s.active;
+    return h && h.ranges ? h.ranges[k] || h.ranges[0] : null;
+  }
+  listenHist() {
+    const c = this.hist, s = this.s;
+    let handle = null;
+    const value = (e) => { const r = this.histSpan(); return r[0] + e.offsetX / c.clientWidth * (r[1] - r[0]); };
+    const picked = (v) => {
+      const cur = s.inUse(s.active), other = cur[1 - handle];
+      return handle === 0 ? [Math.min(v, other), other] : [other, Math.max(v, other)];
+    };
+    c.addEventListener("pointerdown", (e) => {
+      const r = this.histSpan(), cur = s.inUse(s.active);
+      if (!r || !cur) return;
+      const v = value(e);
+      handle = Math.abs(v - cur[0]) <= Math.abs(v - cur[1]) ? 0 : 1;
+      c.setPointerCapture(e.pointerId);
+      s.pickClim(s.active, picked(v), false);
+    });
+    c.addEventListener("pointermove", (e) => { if (handle !== null) s.pickClim(s.active, picked(value(e)), false); });
+    c.addEventListener("pointerup", (e) => {
+      if (handle === null) return;
+      const clim = picked(value(e)); handle = null; s.pickClim(s.active, clim, true);
+    });
+  }
+  typed() {
+    const lo = Number(this.lo.value), hi = Number(this.hi.value);
+    if (isFinite(lo) && isFinite(hi) && hi > lo) this.s.pickClim(this.s.active, [lo, hi], true);
+  }
+  drawHist() {
+    const s = this.s, { w } = s.box(), H = 56, dpr = window.devicePixelRatio || 1, c = this.hist;
+    const hist = s.hist, r = this.histSpan(), k = s.active;
+    this.histRow.style.display = hist ? "" : "none";
+    this.rangeRow.style.display = hist ? "" : "none";
+    if (!hist || !r) return;
+    if (c.width !== Math.round(w * dpr)) { c.width = Math.round(w * dpr); c.style.width = `${w}px`; }
+    if (c.height !== Math.round(H * dpr)) { c.height = Math.round(H * dpr); c.style.height = `${H}px`; }
+    const g = c.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0); g.clearRect(0, 0, w, H);
+    const bins = hist.bytes.subarray(k * 256, (k + 1) * 256), n = bins.length || 1;
+    const colour = s.nch() > 1 ? ((s.model.get("channel_colors") || [])[k] || "#888888") : "#7f7f7f";
+    g.fillStyle = colour; g.globalAlpha = 0.8;
+    for (let b = 0; b < n; b++) {
+      const bh = bins[b] / 255 * (H - 4);
+      g.fillRect(b / n * w, H - bh, Math.max(1, w / n), bh);
+    }
+    g.globalAlpha = 1;
+    const cur = s.inUse(k);
+    if (cur) {
+      g.strokeStyle = "#d62728"; g.lineWidth = 2;
+      for (const v of cur) {
+        const x = (v - r[0]) / (r[1] - r[0]) * w;
+        g.beginPath(); g.moveTo(x, 0); g.lineTo(x, H); g.stroke();
+      }
+      for (const [f, v] of [[this.lo, cur[0]], [this.hi, cur[1]]]) {
+        if (document.activeElement !== f && f.value !== fmt(v)) f.value = fmt(v);
+      }
+      Object.assign(this.el.dataset, { climLo: cur[0], climHi: cur[1], histLo: r[0], histHi: r[1] });
+    }
+  }
+  buildChips() {
+    const s = this.s, m = s.last, n = s.nch();
+    const names = s.model.get("channel_names") || [], colours = s.model.get("channel_colors") || [];
+    const key = `${n}|${names.join(",")}|${colours.join(",")}|${s.active}|${(s.model.get("channel_on") || []).join(",")}`;
+    if (this.chipKey === key) return;
+    this.chipKey = key;
+    this.chips.replaceChildren();
+    if (!m || n < 2) return;
+    for (let k = 0; k < n; k++) {
+      const chip = make("label", "tse-canvas-chip" + (k === s.active ? " tse-active" : ""));
+      const box = make("input", "tse-canvas-chip-on");
+      box.type = "checkbox"; box.checked = (s.model.get("channel_on") || [])[k] !== false;
+      box.addEventListener("change", () => {
+        const on = [...(s.model.get("channel_on") || [])];
+        while (on.length < n) on.push(true);
+        on[k] = box.checked; s.model.set("channel_on", on); s.model.save_changes();
+      });
+      const name = make("span", "tse-canvas-chip-name");
+      name.textContent = names[k] ?? `${k}`; name.style.borderBottom = `3px solid ${colours[k] || "#fff"}`;
+      name.addEventListener("click", (e) => { e.preventDefault(); s.active = k; s.drawAll(); });
+      chip.append(box, name); this.chips.append(chip);
+    }
+  }
+  roiRect(g) {
+    const s = this.s, r = s.roiDraft || s.model.get("roi_box");
+    if (!r || !r.x || !r.y) return;
+    const x0 = this.sx(r.x[0]), x1 = this.sx(r.x[1]), ya = this.sy(r.y[0]), yb = this.sy(r.y[1]);
+    g.save(); g.strokeStyle = "#ffdd00"; g.lineWidth = 1.5; g.setLineDash([5, 3]);
+    g.strokeRect(x0, Math.min(ya, yb), x1 - x0, Math.abs(yb - ya)); g.restore();
   }
 
   lower() { return this.s.model.get("y_origin") === "lower"; }
@@ -354,8 +550,10 @@ class View {
       const ya = this.sy(e.y0), yb = this.sy(e.y1);
       g.drawImage(l.canvas, x0, Math.min(ya, yb), x1 - x0, Math.abs(yb - ya));
     }
+    this.roiRect(g);
     g.restore();
     this.axes(g, w, h);
+    this.drawHist(); this.buildChips();
     this.el.dataset.plot = `${M.left},${M.top},${w},${h}`;
     const last = s.last;
     if (last) {
@@ -421,9 +619,11 @@ class View {
       if (x < ex.x0 || x >= ex.x1 || y < ex.y0 || y >= ex.y1) continue;
       const col = Math.min(l.w - 1, Math.floor((x - ex.x0) / (ex.x1 - ex.x0) * l.w));
       const row = Math.min(l.h - 1, Math.floor((y - ex.y0) / (ex.y1 - ex.y0) * l.h));
-      const k = l.idx[row * l.w + col];
-      const value = k === 0 ? NaN : l.clim[0] + (k - 1) * (l.clim[1] - l.clim[0]) / 254;
-      return { ix, iy, x, y, index: k, value };
+      const at = (c) => l.idx[c * l.w * l.h + row * l.w + col];
+      const val = (c) => { const k = at(c), cl = l.clims[c]; return k === 0 ? NaN : cl[0] + (k - 1) * (cl[1] - cl[0]) / 254; };
+      const k = at(0), value = val(0);
+      const values = l.nch > 1 ? [...Array(l.nch).keys()].map((c) => (s.model.get("rgb") ? at(c) : val(c))) : null;
+      return { ix, iy, x, y, index: k, value, values };
     }
     return { ix, iy, x, y, index: null, value: null };
   }
@@ -434,7 +634,8 @@ class View {
   hover(e) {
     if (!this.inPlot(e)) { this.readout.textContent = ""; return; }
     const s = this.s, p = this.pick(e), ax = s.model.get("x_axis") || {}, ay = s.model.get("y_axis") || {};
-    const val = p.index == null ? "" : p.index === 0 ? " · NaN" : ` · value ≈ ${fmt(p.value)}`;
+    const val = p.values ? ` · values ≈ ${p.values.map(fmt).join(", ")}`
+      : p.index == null ? "" : p.index === 0 ? " · NaN" : ` · value ≈ ${fmt(p.value)}`;
     this.readout.textContent = `${ax.dim || "x"}=${this.label(ax, p.ix)} [${p.ix}] · ` +
       `${ay.dim || "y"}=${this.label(ay, p.iy)} [${p.iy}]${val}`;
     this.hovered = p;
