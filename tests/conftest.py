@@ -58,7 +58,7 @@ def moto_s3():
 @pytest.fixture(autouse=True)
 def fresh_engine():
     """Every test starts and ends with no engine threads running, and with the settings it
-    found (``tse.config.set`` and ``open_dataset(cache_bytes=...)`` last for the process)."""
+    found (``tse.config.set``, e.g. the one cache budget, lasts for the process)."""
     settings = tse.config.get()
     tse.close()
     yield
