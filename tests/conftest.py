@@ -82,7 +82,7 @@ THREAD_STOP_BOUND = 30.0
 @pytest.fixture(autouse=True)
 def fresh_engine():
     """Every test starts and ends with no engine threads running, and with the settings it
-    found (``tse.config.set`` and ``open_dataset(cache_bytes=...)`` last for the process)."""
+    found (``tse.config.set``, e.g. the one cache budget, lasts for the process)."""
     settings = tse.config.get()
     tse.close()
     yield

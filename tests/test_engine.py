@@ -722,6 +722,51 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
     assert key(3) in eng.cache and v3 is not None
 
 
+def test_a_guess_of_a_chunk_a_one_pass_reader_took_is_refused_when_admitted() -> None:
+    """The prefetcher's own check (not cached, not taken) and its request are two steps: the
+    one-pass reader may take the chunk, and its read end uncached, in between. The read
+    table decides at admission (the interleaving forced here), so the chunk is read once."""
+    src = CountingSource(SyntheticSource((6, 8), (1, 8), "float32"))
+    eng = get_engine()
+    (f0,) = eng.request_mixed(src, [(0, 0)], Priority.PLANNED, cache=False)  # a dask task
+    f0.result(5)
+    assert eng.key(src, (0, 0)) not in eng.cache  # one pass: not kept
+    # ... and the guess for a one-pass reader, checked before the task took the chunk, arrives
+    (g0, g1) = eng.request(src, [(0, 0), (1, 0)], Priority.SPECULATIVE, skip_taken=True)
+    with pytest.raises(RequestCancelledError, match="one-pass"):
+        g0.result(5)
+    g1.result(5)
+    assert src.counts[(0, 0)] == 1 and src.reads == 2
+    # a guess for a keeping reader is still made
+    eng.request(src, [(0, 0)], Priority.SPECULATIVE)[0].result(5)
+    assert src.counts[(0, 0)] == 2
+
+
+def test_a_read_that_ends_between_the_look_up_and_the_admission_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request looks the cache up, then admits its misses; a read of the same chunk may end
+    (fill the cache and leave the read table) in between -- forced here by a look-up that
+    misses once. The admission looks again under the table's lock: a hit, no second read."""
+    src = CountingSource(SyntheticSource((6, 8), (1, 8), "float32"))
+    eng = get_engine()
+    eng.fetch(src, [(0, 0)])
+    real = eng.cache.get_many
+    stale = [True]
+
+    def get_many(keys):  # type: ignore[no-untyped-def]
+        if stale[0]:
+            stale[0] = False
+            return [None] * len(keys)  # as if looked up just before the read ended
+        return real(keys)
+
+    monkeypatch.setattr(eng.cache, "get_many", get_many)
+    hits = tse.stats().hits
+    (item,) = eng.request_mixed(src, [(0, 0)])
+    np.testing.assert_array_equal(item, region(src.inner, (0, 0)))  # an array: a hit
+    assert src.reads == 1 and tse.stats().hits == hits + 1
+
+
 def test_streams_hint_the_chunks_after_their_reads_to_the_source() -> None:
     """Engine.stream passes read-ahead hints (ChunkSource.advise) for the indices after the
     reads it keeps in flight, once each, and never for cached chunks."""
