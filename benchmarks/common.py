@@ -265,6 +265,18 @@ def pick_systems(requested: str, known: Sequence[str], lenient: bool = False) ->
     return names
 
 
+#: systems that read local chunk files only (the ``naive`` floor)
+LOCAL_ONLY = ("naive",)
+
+
+def local_only(systems: list[str], served: serve, defaulted: bool) -> list[str]:
+    """``systems`` without the local-only ones when the store is remote and the systems were
+    not named (naming one for a remote run fails it, as it should)."""
+    if not served.remote or not defaulted:
+        return systems
+    return [s for s in systems if s not in LOCAL_ONLY]
+
+
 def data_spec(args: argparse.Namespace) -> DataSpec:
     """The cube for these options; written (with a progress bar) when missing.
 

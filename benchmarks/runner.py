@@ -20,11 +20,17 @@ from typing import Any
 from .common import MARKER, ROOT, log
 from .pagecache import cold_cache
 
+#: when set (``python -m benchmarks pyspy``), the command line every child runs under:
+#: ``wrap(system)`` -> the words put before ``python -m benchmarks._run ...``
+wrap: Callable[[str], list[str]] | None = None
+
 
 def run_child(module: str, system: str, params: dict[str, Any], timeout: float,
               env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one system in a fresh interpreter; its result dict (``ok`` False on any failure)."""
     cmd = [sys.executable, "-m", "benchmarks._run", module, system, json.dumps(params)]
+    if wrap is not None:
+        cmd = [*wrap(system), *cmd]
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
