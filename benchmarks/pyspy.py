@@ -25,6 +25,11 @@ from . import common, runner
 
 #: frames listed in the summary
 TOP = 30
+#: leaf frames of a thread that waits (py-spy samples some of them as busy): left out
+WAITING = ("EpollSelector.select ", "Condition.wait ", "_worker (", "Thread.join ",
+           "Thread._wait_for_tstate_lock ", "Event.wait ")
+#: the benchmark's own RSS sampler thread: left out
+HARNESS = ("tsexplore-bench-rss",)
 
 
 def find_pyspy() -> str:
@@ -107,22 +112,28 @@ def summarize(doc: dict[str, Any], title: str, top: int = TOP) -> str:
     inclusive: collections.Counter[str] = collections.Counter()
     per_thread: dict[str, collections.Counter[str]] = {}
     thread_weight: collections.Counter[str] = collections.Counter()
+    waited = 0.0
     for prof in doc["profiles"]:
         name = str(prof.get("name", "?"))
+        if any(h in name for h in HARNESS):
+            continue
         mine = per_thread.setdefault(name, collections.Counter())
         weights = prof.get("weights") or [1] * len(prof["samples"])
         for stack, w in zip(prof["samples"], weights):
             if not stack or any(i in imports for i in stack):
                 continue
             leaf = frames[stack[-1]]
+            if leaf.startswith(WAITING):
+                waited += w
+                continue
             total[leaf] += w
             mine[leaf] += w
             thread_weight[name] += w
             for f in {frames[i] for i in stack}:
                 inclusive[f] += w
     n = sum(thread_weight.values()) or 1
-    lines = [f"py-spy profile: {title}; {n:.1f} s sampled (all threads; idle and imports "
-             "excluded)", "",
+    lines = [f"py-spy profile: {title}; {n:.1f} s busy in all threads (left out: {waited:.1f} s "
+             "waiting, imports, the RSS sampler); percentages of the busy time", "",
              f"top {top} frames by self time:", "   self%   incl%  frame"]
     for frame, w in total.most_common(top):
         lines.append(f"  {100 * w / n:6.1f}  {100 * inclusive[frame] / n:6.1f}  {frame}")

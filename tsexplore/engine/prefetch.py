@@ -39,6 +39,7 @@ import numpy as np
 from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
 from .guesses import Guesses
+from .hints import ReadAheadMemory
 from .parts import STORED, part_boxes
 from .planning import SelectionPlan, normalize_key, plan_selection
 from .types import ChunkKey, Priority
@@ -61,13 +62,7 @@ class PrefetchHost(Protocol):
 
     def call_soon(self, fn: Any, *args: Any) -> None: ...
 
-    def recently_consumed(self, key: ChunkKey) -> bool: ...
-
-    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None: ...
-
-    def guesses_used(self, token: str) -> int: ...
-
-    def guess_unused(self, key: ChunkKey) -> bool: ...
+    hints: ReadAheadMemory
 
     def request(
         self,
@@ -333,7 +328,7 @@ class Prefetcher:
             return []
         policy = source.options.prefetch
         engine = self._engine
-        used, unused = engine.guesses_used(source.token), engine.guess_unused
+        used, unused = engine.hints.guesses_used(source.token), engine.hints.guess_unused
         for name in INITIAL_ALLOWANCE:
             self.guesses(source, name).settle(used, unused)
         found = self._targets(source, policy, history, plan, key)
@@ -355,10 +350,10 @@ class Prefetcher:
             self.last_policy[source.token] = str(mode[0])
         track.made(keys)
         if views is None:
-            engine.advise(source, indices)  # the disk can start on all of them
+            engine.hints.advise(source, indices)  # the disk can start on all of them
         elif not source.is_async:  # local files: this slab's and the next's, to the page cache
             here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
-            engine.advise(source, here + targets[: len(here)])
+            engine.hints.advise(source, here + targets[: len(here)])
         engine.request(
             source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
             generation=gen, boxes=boxes if views is not None else None,
@@ -463,7 +458,7 @@ class Prefetcher:
             whole = key[:2]
             if whole in cache or (box is not None and key in cache):
                 continue
-            if one_pass and engine.recently_consumed(whole):
+            if one_pass and engine.hints.recently_consumed(whole):
                 continue
             keys.append(key)
             indices.append(index)

@@ -49,7 +49,7 @@ from .types import ChunkKey, Priority
 PART_BATCH = round(1 / PART_COST)
 
 
-class Engine(BlockingReads, ReadAheadMemory):
+class Engine(BlockingReads):
     """Everything that moves chunks. One per process; see :func:`get_engine`."""
 
     def __init__(self, cache_bytes: int | None = None) -> None:
@@ -67,11 +67,12 @@ class Engine(BlockingReads, ReadAheadMemory):
             self.cache, self._reader, self.stats, self._table,
             following=lambda source: self.prefetcher.following(source),
         )
-        ReadAheadMemory.__init__(self)
         self._ev_seen = 0
         self._closed = False
         self._io_threads = settings.io_threads
         self._io = IOLoop(self._io_threads)
+        #: read-ahead hints, what one-pass readers took, what became of the guesses
+        self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -227,7 +228,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
         if waiting and not cache:  # a one-pass reader will not ask again: do not read ahead
-            self._note_consumed(keys)
+            self.hints.note_consumed(keys)
         return out
 
     def count_useful(self, nbytes: int) -> None:
