@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import contextvars
+import functools
 import itertools
 import math
 import weakref
@@ -31,6 +32,12 @@ class SelectionTooLargeError(TsExploreError, MemoryError):
     """A selection would not fit in memory."""
 
 
+@functools.cache
+def _half_ram() -> int:
+    """The most bytes one selection may take: half the machine's memory (asked once)."""
+    return config.total_ram() // 2
+
+
 def read_selection(
     source: ChunkSource,
     key: tuple[Any, ...],
@@ -55,7 +62,7 @@ def read_selection(
     """
     plan = plan_selection(key, source.shape, source.chunks)
     nbytes = math.prod(plan.block_shape) * source.dtype.itemsize
-    if nbytes > config.total_ram() // 2:
+    if nbytes > _half_ram():
         raise SelectionTooLargeError(
             f"this selection of {source!r} would need {nbytes / 2**30:.1f} GiB in memory; "
             "select a smaller region, or use tse.reduce / open_dataset(chunks={}) to stream it"
