@@ -32,7 +32,7 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError
 from ..sources import close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource, ReadServices
+from ..sources.base import ChunkIndex, ChunkSource, ReadServices, SyncChunkSource
 from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
@@ -320,7 +320,7 @@ class Engine(BlockingReads):
         array: np.ndarray | None
         try:
             if pending is not None:  # one of a batch: its bytes come with the others'
-                array = await self._reader.read(read.source, read.index, pending)
+                array = await self._reader.read(read.source, read.index, lambda: pending)
             else:
                 array = await self._read(read)
         except asyncio.CancelledError:
@@ -351,12 +351,7 @@ class Engine(BlockingReads):
         return await self._reader.read(read.source, read.index)
 
     def _finish(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
-        self._table.finish(read)
-        if not read.future.done():
-            if exc is not None:
-                read.future.set_exception(exc)
-            else:
-                read.future.set_result(result)
+        self._table.settle(read, result, exc)
         self._dispatch()
 
     # -- nested reads ------------------------------------------------------------------------
@@ -373,7 +368,10 @@ class Engine(BlockingReads):
             self.stats.count("hits")
             return value
         self.stats.count("misses")
-        array = self._reader.read_here(source, key[1], self._io.run_coroutine)
+        index = key[1]
+        run = ((lambda: source.read_chunk_sync(index)) if isinstance(source, SyncChunkSource)
+               else (lambda: self._io.run_coroutine(source.read_chunk_counted(index))))
+        array = self._reader.read_here(source, index, run)
         self.cache.put(key, array)
         return array
 
