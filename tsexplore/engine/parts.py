@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -253,8 +253,3 @@ class PartReads:
         array = await self.reader.read(source, index, run)
         self.stats.count("encoded_hits")
         return array
-
-
-def part_keys(token: str, indices: Sequence[ChunkIndex], boxes: Sequence[Box | None]) -> list[Any]:
-    """The request keys: ``(token, index)`` for whole chunks, ``(token, index, box)`` for parts."""
-    return [(token, i) if b is None else (token, i, b) for i, b in zip(indices, boxes)]
