@@ -20,6 +20,8 @@ ENTRY_POINTS = {
     "patches": "patches:main",
     "ui": "ui:main",
     "advise": "advise:main",
+    "overhead": "overhead:main",
+    "pyspy": "pyspy:main",
 }
 ALL = ("play", "scrub", "jump", "profile", "scan", "patches")
 

@@ -131,6 +131,9 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
                    help="where --layout stores live (default data/)")
     p.add_argument("--no-drop-caches", action="store_true",
                    help="skip the machine-wide drop_caches; only posix_fadvise the store's files")
+    p.add_argument("--warm", action="store_true",
+                   help="warm page cache instead: read every file of the store before each "
+                        "child (the engine's own cost, without the disk)")
     p.add_argument("--from-all", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -138,10 +141,14 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
 def parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``argv``; under ``all`` (``--from-all``) options of other benchmarks are skipped."""
     if "--from-all" not in argv:
-        return p.parse_args(argv)
-    args, unknown = p.parse_known_args(argv)
-    if unknown:
-        log(f"({p.prog}: ignoring {' '.join(unknown)})")
+        args = p.parse_args(argv)
+    else:
+        args, unknown = p.parse_known_args(argv)
+        if unknown:
+            log(f"({p.prog}: ignoring {' '.join(unknown)})")
+    from . import runner
+
+    runner.warm = bool(getattr(args, "warm", False))
     return args
 
 
@@ -263,6 +270,18 @@ def pick_systems(requested: str, known: Sequence[str], lenient: bool = False) ->
     if not names:
         raise SystemExit(f"--systems is empty; choose from {list(known)}")
     return names
+
+
+#: systems that read local chunk files only (the ``naive`` floor)
+LOCAL_ONLY = ("naive",)
+
+
+def local_only(systems: list[str], served: serve, defaulted: bool) -> list[str]:
+    """``systems`` without the local-only ones when the store is remote and the systems were
+    not named (naming one for a remote run fails it, as it should)."""
+    if not served.remote or not defaulted:
+        return systems
+    return [s for s in systems if s not in LOCAL_ONLY]
 
 
 def data_spec(args: argparse.Namespace) -> DataSpec:

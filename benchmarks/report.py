@@ -136,7 +136,9 @@ def table(doc: dict[str, Any], metrics: Sequence[Metric], title: str) -> str:
                               for i, (c, w) in enumerate(zip(r, widths)))
     lines = [title, fmt(header), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]
     cold = doc.get("cold_cache") or {}
-    if cold:
+    if doc.get("options", {}).get("warm"):
+        lines.append("WARM page cache (--warm): every file of the store read before each child")
+    elif cold:
         res = cold.get("max_resident_after")
         lines.append(f"cold page cache: {' + '.join(cold['methods'])}"
                      + ("" if res is None else f"; at most {res:.1%} of the store resident after"))

@@ -20,11 +20,31 @@ from typing import Any
 from .common import MARKER, ROOT, log
 from .pagecache import cold_cache
 
+#: ``--warm``: read the store's files before each child instead of evicting them
+warm = False
+#: when set (``python -m benchmarks pyspy``), the command line every child runs under:
+#: ``wrap(system)`` -> the words put before ``python -m benchmarks._run ...``
+wrap: Callable[[str], list[str]] | None = None
+
+
+def warm_cache(store: Path) -> dict[str, Any]:
+    """Read every file of ``store`` (so the page cache holds it); how much is resident."""
+    from .pagecache import resident_fraction, store_files
+
+    files = store_files(store)
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(1 << 22):
+                pass
+    return {"warm": True, "resident_after": resident_fraction(files)}
+
 
 def run_child(module: str, system: str, params: dict[str, Any], timeout: float,
               env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one system in a fresh interpreter; its result dict (``ok`` False on any failure)."""
     cmd = [sys.executable, "-m", "benchmarks._run", module, system, json.dumps(params)]
+    if wrap is not None:
+        cmd = [*wrap(system), *cmd]
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -77,7 +97,7 @@ def run_matrix(module: str, systems: Sequence[str], params_for: Callable[[str, i
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for r in range(repeat):
         for system in systems:
-            cold = cold_cache(store, drop_caches)
+            cold = warm_cache(store) if warm else cold_cache(store, drop_caches)
             if before:
                 before(system)
             res = run_child(module, system, params_for(system, r), timeout,

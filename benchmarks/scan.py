@@ -7,6 +7,8 @@ Systems:
 - ``xarray-dask``: ``xr.open_zarr(path).temp.mean("time").compute()``
 - ``zarr``: a loop over time-chunk slabs, summed in float64 (the reference result)
 - ``tensorstore``: the same loop through TensorStore (zarr3 driver, no cache)
+- ``naive``: the floor -- two threads read and decode chunk files (numcodecs ``Blosc``, into
+  reused buffers) two chunk-rows ahead; each row summed in float64 (:mod:`.naive`)
 
 Reports GB/s of decoded data (the cube's ``nbytes`` over the wall time, opening included),
 tsexplore's advantage over each peer, peak RSS, and whether every result matches the zarr
@@ -25,7 +27,7 @@ from typing import Any
 from . import common, report, runner
 from .common import Metric
 
-SYSTEMS = ("tsexplore", "tsexplore-dask", "xarray-dask", "zarr", "tensorstore")
+SYSTEMS = ("tsexplore", "naive", "tsexplore-dask", "xarray-dask", "zarr", "tensorstore")
 TSE_SYSTEMS = ("tsexplore", "tsexplore-dask")
 REFERENCE_SYSTEM = "zarr"
 RTOL = 1e-6
@@ -38,7 +40,7 @@ METRICS = [
 IMPORTS = {"tsexplore": ("tsexplore", "zarr", "dask.array"),
            "tsexplore-dask": ("tsexplore", "zarr", "dask.array"),
            "xarray-dask": ("xarray", "zarr", "dask.array"), "zarr": ("zarr",),
-           "tensorstore": ("tensorstore",)}
+           "tensorstore": ("tensorstore",), "naive": ("numcodecs",)}
 
 
 # -- child side ----------------------------------------------------------------------------------
@@ -90,7 +92,17 @@ def _tensorstore(path: str, params: dict[str, Any]) -> Any:
     return _slab_loop(lambda a, b: arr[a:b].read().result(), tuple(arr.shape), step)
 
 
-SCANS = {"tsexplore": _tsexplore, "tsexplore-dask": _tsexplore_dask,
+def _naive(path: str, params: dict[str, Any]) -> Any:
+    from .naive import open_naive
+
+    cube = open_naive(path, common.VARIABLE)
+    try:
+        return cube.mean_time()
+    finally:
+        cube.close()
+
+
+SCANS = {"tsexplore": _tsexplore, "naive": _naive, "tsexplore-dask": _tsexplore_dask,
          "xarray-dask": _xarray_dask, "zarr": _zarr, "tensorstore": _tensorstore}
 
 
@@ -134,6 +146,7 @@ def main(argv: list[str]) -> int:
     budget = spec.nbytes // 4 if args.quarter_budget else args.budget
     tmp = Path(tempfile.mkdtemp(prefix="tsexplore-bench-scan-"))
     served = common.serve(spec.path, args)
+    systems = common.local_only(systems, served, args.systems == ",".join(SYSTEMS))
     metrics = [*METRICS, *common.ENGINE_METRICS, *common.remote_metrics(served, throughput=True)]
     try:
         with served as (url, _server):
@@ -209,6 +222,9 @@ def _check_results(runs: dict[str, list[dict[str, Any]]], tmp: Path, store: Path
 def _targets(doc: dict[str, Any], budget: int | None) -> list[dict[str, Any]]:
     out = [report.flag(f"{system} result matches the zarr loop (rtol {RTOL:g})", ok)
            for system, ok in doc["correctness"]["matches"].items()]
+    naive = doc["advantage"].get("naive", {}).get("gbps")
+    if naive is not None:
+        out.append(report.target("tsexplore scan vs naive", naive, ">=", 1.0, "x"))
     if budget:
         for system in TSE_SYSTEMS:
             rss = report.median_of(doc["summary"], system, common.RSS.key)

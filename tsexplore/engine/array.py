@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import contextvars
+import functools
 import itertools
 import math
 import weakref
@@ -17,6 +18,7 @@ from xarray.core import indexing
 
 from .. import config
 from ..errors import TsExploreError
+from ..sources import buffers
 from ..sources.base import ChunkSource
 from .blocking import wait_all
 from .loop import on_read_thread
@@ -28,6 +30,12 @@ from .types import Priority
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
     """A selection would not fit in memory."""
+
+
+@functools.cache
+def _half_ram() -> int:
+    """The most bytes one selection may take: half the machine's memory (asked once)."""
+    return config.total_ram() // 2
 
 
 def read_selection(
@@ -54,7 +62,7 @@ def read_selection(
     """
     plan = plan_selection(key, source.shape, source.chunks)
     nbytes = math.prod(plan.block_shape) * source.dtype.itemsize
-    if nbytes > config.total_ram() // 2:
+    if nbytes > _half_ram():
         raise SelectionTooLargeError(
             f"this selection of {source!r} would need {nbytes / 2**30:.1f} GiB in memory; "
             "select a smaller region, or use tse.reduce / open_dataset(chunks={}) to stream it"
@@ -86,7 +94,7 @@ def read_selection(
         out = assemble(plan, items, source.dtype, timeout, boxes)
     engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
-        engine.call_soon(engine.prefetcher.observe, source, plan, not cache, key)
+        engine.prefetcher.observe_soon(source, plan, not cache, key)
     return out
 
 
@@ -101,7 +109,7 @@ def assemble(
 
     ``boxes``: where a part of a chunk was asked for, its box (the item then holds the
     box's values, or the whole chunk)."""
-    out = np.empty(plan.block_shape, dtype=dtype)
+    out = output_buffer(plan.block_shape, dtype)
     if not items:
         return finish(out, plan)
     basic = all(isinstance(p[1], slice) for d in plan.dims for p in d.pieces)
@@ -116,6 +124,16 @@ def assemble(
     for pieces, fut, box in pending:
         _place(out, wait_all([fut], timeout)[0], pieces, basic, box)
     return finish(out, plan)
+
+
+def output_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array for a selection, from the recycled buffers (see
+    :mod:`~tsexplore.sources.buffers`): a frame the reader dropped gives its pages to the next,
+    so assembling one does not first-touch fresh memory (measured: ~4 ms per 4 MiB here)."""
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        return np.empty(shape, dtype=dtype)
+    return buffers.empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool, box: Box | None) -> None:

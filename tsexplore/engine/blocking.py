@@ -57,7 +57,7 @@ class BlockingReads:
     request: Any
     count_useful: Any
     read_inline: Any
-    advise: Any
+    hints: Any
     check_blocking_allowed: Any
     cache: Any
     _io_threads: int
@@ -134,5 +134,5 @@ class BlockingReads:
 
         yield from look_ahead(
             indices, issue, wait, ahead=depth,
-            hint=lambda batch: self.advise(source, batch), issue_many=many,
+            hint=lambda batch: self.hints.advise(source, batch), issue_many=many,
         )

@@ -12,16 +12,18 @@ the same statistics, and it may keep small things between reads in the engine's 
 (:class:`~tsexplore.sources.base.ReadServices`). A read that is one of a batch
 (``source.read_chunks_counted``) is checked here the same way, one chunk at a time.
 
-Reads of a part of a chunk (:meth:`CheckedReader.read_part`), of stored bytes
-(:meth:`CheckedReader.read_stored`) and decodes of stored bytes the cache holds
-(:meth:`CheckedReader.read_with`) take the same steps.
+Whole chunks and parts of chunks (``box``: a ``PartRead``), read on the I/O loop
+(:meth:`CheckedReader.read`) or in the calling thread (:meth:`CheckedReader.read_here`), by
+the source or by a given ``run`` (decoded from stored bytes the cache holds, one of a batch),
+take the same steps; :meth:`CheckedReader.read_stored` reads stored bytes, undecoded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +34,6 @@ from ..sources.base import (
     ChunkIndex,
     ChunkSource,
     ReadServices,
-    SyncChunkSource,
     read_services,
     retry_counter,
 )
@@ -42,6 +43,8 @@ from .stats import Stats
 
 #: starting guess of one read's latency, per kind, before any was measured
 FIRST_LATENCY = 0.005
+
+Box = tuple[tuple[int, int], ...]
 
 
 class CheckedReader:
@@ -70,156 +73,46 @@ class CheckedReader:
         self,
         source: ChunkSource,
         index: ChunkIndex,
-        pending: Awaitable[tuple[np.ndarray, int]] | None = None,
-    ) -> np.ndarray:
-        """Read chunk ``index`` on the I/O loop (awaiting the source; sync sources thread).
-
-        ``pending``: this chunk's awaitable from ``source.read_chunks_counted`` (a batch).
-        """
-        retry_counter.set(self._count_retry)  # this task's context only
-        read_services.set(self.services)
-        t0 = time.perf_counter()
-        self.stats.count("reads")
-        try:
+        run: Callable[[], Awaitable[Any]] | None = None,
+        box: Box | None = None,
+    ) -> Any:
+        """Chunk ``index`` read on the I/O loop, checked: ``await run()`` reads it (default:
+        ``source.read_chunk_counted(index)``; sync sources thread; one of a batch: its
+        awaitable from ``source.read_chunks_counted``). A whole chunk is ``(array, encoded
+        bytes moved)`` and comes back as the array; with ``box``, a part (a ``PartRead``: the
+        values, the bytes moved and decoded) comes back as it is, counted as a part read."""
+        with self._lent():
+            t0 = self._start(box)
             try:
-                array, encoded = await (pending if pending is not None else source.read_chunk_counted(index))
-            except MissingChunkError as exc:
-                array, encoded = self._fill(source, index, exc)
-            array = _checked(source, index, array)
-        except Exception as exc:  # noqa: BLE001 - every failure goes to the waiter, wrapped
-            raise self._failed(source, index, exc) from exc
-        self._record(source, t0, encoded, array.nbytes)
-        return array
+                try:
+                    result = await (run() if run is not None else source.read_chunk_counted(index))
+                except MissingChunkError as exc:
+                    result = self._fill(source, index, exc, box)
+                result = self._check(source, index, box, result)
+            except Exception as exc:  # noqa: BLE001 - every failure goes to the waiter, wrapped
+                raise self._failed(source, index, exc) from exc
+        return self._done(source, t0, box, result)
 
     def read_here(
         self,
         source: ChunkSource,
         index: ChunkIndex,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any],
-    ) -> np.ndarray:
-        """Read chunk ``index`` in the calling thread (a read nested in another read).
-
-        Blocking sources are read right here; asynchronous ones on the I/O loop through
-        ``run_coroutine`` (the caller is a read thread, never the loop's).
-        """
-        token = retry_counter.set(self._count_retry)
-        lent = read_services.set(self.services)
-        t0 = time.perf_counter()
-        self.stats.count("reads")
-        try:
-            try:
-                if isinstance(source, SyncChunkSource):
-                    array, encoded = source.read_chunk_sync(tuple(index))
-                else:
-                    array, encoded = run_coroutine(source.read_chunk_counted(tuple(index)))
-            except MissingChunkError as exc:
-                array, encoded = self._fill(source, index, exc)
-            array = _checked(source, index, array)
-        except Exception as exc:  # noqa: BLE001 - wrapped like a scheduled read's
-            raise self._failed(source, index, exc) from exc
-        finally:
-            retry_counter.reset(token)
-            read_services.reset(lent)
-        self._record(source, t0, encoded, array.nbytes)
-        return array
-
-    async def read_with(
-        self,
-        source: ChunkSource,
-        index: ChunkIndex,
-        run: Callable[[], Coroutine[Any, Any, tuple[np.ndarray, int]]],
-    ) -> np.ndarray:
-        """Chunk ``index`` as ``await run()`` gives it (``(array, encoded bytes moved)``: e.g.
-        decoded from stored bytes the cache holds), checked like :meth:`read`."""
-        retry_counter.set(self._count_retry)
-        read_services.set(self.services)
-        t0 = time.perf_counter()
-        self.stats.count("reads")
-        try:
-            try:
-                array, encoded = await run()
-            except MissingChunkError as exc:
-                array, encoded = self._fill(source, index, exc)
-            array = _checked(source, index, array)
-        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
-            raise self._failed(source, index, exc) from exc
-        self._record(source, t0, encoded, array.nbytes)
-        return array
-
-    async def read_part(
-        self,
-        source: ChunkSource,
-        index: ChunkIndex,
-        box: tuple[tuple[int, int], ...],
-        run: Callable[[], Coroutine[Any, Any, Any]],
-    ) -> Any:
-        """Box ``box`` of chunk ``index`` as ``await run()`` reads it (a ``PartRead``: the
-        values, the bytes moved and decoded), checked like :meth:`read`; a chunk the store
-        lacks fills the box (``missing="fill"``). Counted as ``part_reads`` too."""
-        retry_counter.set(self._count_retry)
-        read_services.set(self.services)  # its store requests are counted (this task's context)
-        t0 = self._start_part()
-        try:
-            try:
-                result = await run()
-            except MissingChunkError as exc:
-                result = self._fill_part(source, index, box, exc)
-            self._check_part(source, index, box, result)
-        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
-            raise self._failed(source, index, exc) from exc
-        self._record(source, t0, result.moved, result.decoded)
-        return result
-
-    def read_part_here(
-        self,
-        source: ChunkSource,
-        index: ChunkIndex,
-        box: tuple[tuple[int, int], ...],
         run: Callable[[], Any],
+        box: Box | None = None,
     ) -> Any:
-        """:meth:`read_part` in the calling thread (``run()`` reads a local frame)."""
-        token = retry_counter.set(self._count_retry)
-        lent = read_services.set(self.services)
-        t0 = self._start_part()
-        try:
+        """:meth:`read` in the calling thread (a read nested in another read, a local part
+        on a read thread): ``run()`` reads it, here."""
+        with self._lent():
+            t0 = self._start(box)
             try:
-                result = run()
-            except MissingChunkError as exc:
-                result = self._fill_part(source, index, box, exc)
-            self._check_part(source, index, box, result)
-        except Exception as exc:  # noqa: BLE001 - wrapped like every read's
-            raise self._failed(source, index, exc) from exc
-        finally:
-            retry_counter.reset(token)
-            read_services.reset(lent)
-        seconds = getattr(result, "seconds", None)  # read in a batch: from the batch's start
-        self._record(source, t0 if seconds is None else time.perf_counter() - seconds,
-                     result.moved, result.decoded)
-        return result
-
-    def _start_part(self) -> float:
-        self.stats.count_many(("reads", "part_reads"))
-        return time.perf_counter()
-
-    def _fill_part(
-        self, source: ChunkSource, index: ChunkIndex, box: tuple[tuple[int, int], ...], exc: MissingChunkError
-    ) -> Any:
-        whole, _ = self._fill(source, index, exc)
-        return _Filled(np.ascontiguousarray(whole[tuple(slice(lo, hi) for lo, hi in box)]))
-
-    def _check_part(
-        self, source: ChunkSource, index: ChunkIndex, box: tuple[tuple[int, int], ...], result: Any
-    ) -> None:
-        expected = tuple(hi - lo for lo, hi in box)
-        if result.array.shape != expected:
-            raise ChunkReadError(
-                f"{source!r} returned shape {result.array.shape} for part {box} of chunk "
-                f"{tuple(index)}, expected {expected}",
-                source=source.token,
-                index=tuple(index),
-            )
-        if result.array.dtype != source.dtype:
-            result.array = result.array.astype(source.dtype)
+                try:
+                    result = run()
+                except MissingChunkError as exc:
+                    result = self._fill(source, index, exc, box)
+                result = self._check(source, index, box, result)
+            except Exception as exc:  # noqa: BLE001 - wrapped like a scheduled read's
+                raise self._failed(source, index, exc) from exc
+        return self._done(source, t0, box, result)
 
     async def read_stored(
         self,
@@ -230,29 +123,77 @@ class CheckedReader:
         """Chunk ``index``'s stored bytes (``await run(index)``), or None when the store
         lacks the chunk (the read that decodes it will fill or raise); counted as a read of
         those bytes, nothing decoded."""
-        retry_counter.set(self._count_retry)
-        read_services.set(self.services)
-        t0 = time.perf_counter()
-        self.stats.count("reads")
-        try:
-            stored = await run(tuple(index))
-        except MissingChunkError:
-            return None
-        except Exception as exc:  # noqa: BLE001
-            raise self._failed(source, index, exc) from exc
+        with self._lent():
+            t0 = self._start(None)
+            try:
+                stored = await run(tuple(index))
+            except MissingChunkError:
+                return None
+            except Exception as exc:  # noqa: BLE001
+                raise self._failed(source, index, exc) from exc
         self._record(source, t0, stored.nbytes, 0)
         return stored
 
     # -- the common steps --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _lent(self) -> Iterator[None]:
+        """While reading, the source reports its retries here and may use the services."""
+        token = retry_counter.set(self._count_retry)
+        lent = read_services.set(self.services)
+        try:
+            yield
+        finally:
+            retry_counter.reset(token)
+            read_services.reset(lent)
+
+    def _start(self, box: Box | None) -> float:
+        if box is None:
+            self.stats.count("reads")
+        else:
+            self.stats.count_many(("reads", "part_reads"))
+        return time.perf_counter()
+
     def _fill(
-        self, source: ChunkSource, index: ChunkIndex, exc: MissingChunkError
-    ) -> tuple[np.ndarray, int]:
-        """A missing chunk: the fill value when the source allows it, else the error."""
+        self, source: ChunkSource, index: ChunkIndex, exc: MissingChunkError, box: Box | None = None
+    ) -> Any:
+        """A missing chunk: the fill value when the source allows it, else the error; a
+        whole chunk's ``(array, 0)``, or the box of it as a part."""
         if source.options.missing != "fill":
             raise exc
         self.stats.count("missing_filled")
         self.absent.add(source.token, tuple(index))
-        return source.fill_chunk(index), 0
+        whole = source.fill_chunk(index)
+        if box is None:
+            return whole, 0
+        return _Filled(np.ascontiguousarray(whole[tuple(slice(lo, hi) for lo, hi in box)]))
+
+    def _check(self, source: ChunkSource, index: ChunkIndex, box: Box | None, result: Any) -> Any:
+        """A whole chunk's ``(array, encoded)`` with the array checked, or a part checked."""
+        if box is None:
+            array, encoded = result
+            return _checked(source, index, array), encoded
+        expected = tuple(hi - lo for lo, hi in box)
+        if result.array.shape != expected:
+            raise ChunkReadError(
+                f"{source!r} returned shape {result.array.shape} for part {box} of chunk "
+                f"{tuple(index)}, expected {expected}",
+                source=source.token,
+                index=tuple(index),
+            )
+        if result.array.dtype != source.dtype:
+            result.array = result.array.astype(source.dtype)
+        return result
+
+    def _done(self, source: ChunkSource, t0: float, box: Box | None, result: Any) -> Any:
+        """Record the read; the whole chunk's array, or the part's result."""
+        if box is None:
+            array, encoded = result
+            self._record(source, t0, encoded, array.nbytes)
+            return array
+        seconds = getattr(result, "seconds", None)  # read in a batch: from the batch's start
+        self._record(source, t0 if seconds is None else time.perf_counter() - seconds,
+                     result.moved, result.decoded)
+        return result
 
     def _failed(self, source: ChunkSource, index: ChunkIndex, exc: Exception) -> TsExploreError:
         self.stats.count("errors")

@@ -1,4 +1,4 @@
-"""Read-ahead hints and the memory of what one-pass readers took (mixed into the engine).
+"""Read-ahead hints and the memory of what one-pass readers took (the engine's ``hints``).
 
 :meth:`ReadAheadMemory.advise` passes a read-ahead hint to a source for chunks neither cached
 nor hinted lately (``posix_fadvise(WILLNEED)`` for local Zarr stores); the prefetcher and
@@ -13,9 +13,11 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 from ..sources.base import ChunkIndex, ChunkSource
+from .cache import ChunkCache
+from .loop import IOLoop
+from .reads import ReadTable
 from .types import ChunkKey
 
 #: read-ahead hints remembered (not repeated) per process
@@ -23,21 +25,19 @@ ADVISED_MEMORY = 8192
 
 
 class ReadAheadMemory:
-    """``advise``, the one-pass memory and the guesses' outcomes, for the engine."""
+    """``advise``, the one-pass memory and the guesses' outcomes, over the engine's read
+    table, cache and I/O loop."""
 
-    # provided by the engine
-    _closed: bool
-    _io: Any
-    _table: Any
-    cache: Any
-
-    def __init__(self) -> None:
+    def __init__(self, table: ReadTable, cache: ChunkCache, io: IOLoop) -> None:
+        self._table = table
+        self.cache = cache
+        self._io = io
         self._lock = threading.Lock()  # the memory below
         self._advised: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
 
     def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
         """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
-        if self._closed:
+        if self._io.closed:
             return
         token = source.token
         fresh = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -143,7 +143,7 @@ class PartReads:
         def run() -> Any:
             return parts.read(index, box, stored=stored, head=head, keep=keep)
 
-        result = await self.reader.read_part(source, index, box, run)
+        result = await self.reader.read(source, index, run, box)
         self._remember(token, index, stored is not None, result)
         return result.array
 
@@ -158,7 +158,7 @@ class PartReads:
         def run() -> Any:
             return parts.read_here(index, box, stored=stored, head=head, keep=keep)
 
-        result = self.reader.read_part_here(source, index, box, run)
+        result = self.reader.read_here(source, index, run, box)
         self._remember(token, index, stored is not None, result)
         return result.array
 
@@ -194,7 +194,7 @@ class PartReads:
                 def run(found: Any = (index, box, held[i])) -> Any:  # the same signature
                     return parts.read_here(found[0], found[1], stored=found[2])
             try:
-                result = self.reader.read_part_here(source, index, box, run)
+                result = self.reader.read_here(source, index, run, box)
             except BaseException as exc:  # noqa: BLE001 - goes to this part's waiter
                 out.append(exc)
                 continue
@@ -250,11 +250,6 @@ class PartReads:
             array = await loop.run_in_executor(None, parts.decode_stored, index, stored)
             return array, 0
 
-        array = await self.reader.read_with(source, index, run)
+        array = await self.reader.read(source, index, run)
         self.stats.count("encoded_hits")
         return array
-
-
-def part_keys(token: str, indices: Sequence[ChunkIndex], boxes: Sequence[Box | None]) -> list[Any]:
-    """The request keys: ``(token, index)`` for whole chunks, ``(token, index, box)`` for parts."""
-    return [(token, i) if b is None else (token, i, b) for i, b in zip(indices, boxes)]

@@ -39,6 +39,7 @@ import numpy as np
 from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
 from .guesses import Guesses
+from .hints import ReadAheadMemory
 from .parts import STORED, part_boxes
 from .planning import SelectionPlan, normalize_key, plan_selection
 from .types import ChunkKey, Priority
@@ -59,13 +60,9 @@ class PrefetchHost(Protocol):
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
 
-    def recently_consumed(self, key: ChunkKey) -> bool: ...
+    def call_soon(self, fn: Any, *args: Any) -> None: ...
 
-    def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None: ...
-
-    def guesses_used(self, token: str) -> int: ...
-
-    def guess_unused(self, key: ChunkKey) -> bool: ...
+    hints: ReadAheadMemory
 
     def request(
         self,
@@ -244,6 +241,8 @@ class Prefetcher:
         #: per source, the plans of views read ahead lately (a view is planned once)
         self._plans: dict[str, collections.OrderedDict[Any, tuple[list, list]]] = {}
         self.last_policy: dict[str, str] = {}
+        #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
+        self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any]] = []
 
     def following(self, source: ChunkSource) -> bool:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
@@ -256,6 +255,60 @@ class Prefetcher:
             if found is None:
                 found = self._guesses[(source.token, policy)] = Guesses(INITIAL_ALLOWANCE[policy])
             return found
+
+    def observe_soon(
+        self,
+        source: ChunkSource,
+        plan: SelectionPlan,
+        one_pass: bool = False,
+        key: tuple[object, ...] | None = None,
+    ) -> None:
+        """:meth:`observe` later, on the engine's thread (what a read answered from the cache
+        calls). Reads that come faster than that thread runs share one wake-up of it, and
+        only the newest pending read of a source plans; the ones before it are recorded in
+        the history (the pattern is learnt from all of them)."""
+        with self._lock:
+            self._pending.append((source, plan, one_pass, key))
+            if len(self._pending) > 1:
+                return  # a drain is on its way
+        self._engine.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        newest = {item[0].token: item for item in batch}
+        for item in batch:
+            if newest[item[0].token] is item:
+                self.observe(*item)
+            else:
+                self._record(item[0], item[1])
+
+    def _flush(self) -> None:
+        """Record the pending observations (older than the one being made) without planning."""
+        if not self._pending:
+            return
+        with self._lock:
+            batch, self._pending = self._pending, []
+        for source, plan, _, _ in batch:
+            self._record(source, plan)
+
+    def _record(self, source: ChunkSource, plan: SelectionPlan) -> list[Observation] | None:
+        """Add a read to ``source``'s history; the history, or None when there is nothing
+        new to plan from (prefetch off, an empty selection, the same view again)."""
+        if source.options.prefetch == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
+            return None
+        lo = []
+        for d, clen in zip(plan.dims, source.chunks):
+            ci, sel, _ = d.pieces[0]
+            first = sel.start if isinstance(sel, slice) else int(sel[0])
+            lo.append(ci * clen + first)
+        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges(), plan.block_shape)
+        with self._lock:
+            hist = self._history.setdefault(source.token, deque(maxlen=8))
+            if hist and hist[-1].lo == obs.lo:
+                return None  # the same view again: nothing new to learn
+            hist.append(obs)
+            return list(hist)
 
     def observe(
         self,
@@ -270,27 +323,19 @@ class Prefetcher:
         readers already took are not read ahead again. ``key``: the selection read (its next
         views are read ahead as parts when it read parts of chunks).
         """
-        policy = source.options.prefetch
-        if policy == "off" or not plan.dims or any(not d.pieces for d in plan.dims):
+        self._flush()
+        history = self._record(source, plan)
+        if history is None:
             return []
-        lo = []
-        for d, clen in zip(plan.dims, source.chunks):
-            ci, sel, _ = d.pieces[0]
-            first = sel.start if isinstance(sel, slice) else int(sel[0])
-            lo.append(ci * clen + first)
-        obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges(), plan.block_shape)
-        with self._lock:
-            hist = self._history.setdefault(source.token, deque(maxlen=8))
-            if hist and hist[-1].lo == obs.lo:
-                return []  # the same view again: nothing new to learn
-            hist.append(obs)
-            history = list(hist)
+        policy = source.options.prefetch
         engine = self._engine
-        used, unused = engine.guesses_used(source.token), engine.guess_unused
+        used, unused = engine.hints.guesses_used(source.token), engine.hints.guess_unused
         for name in INITIAL_ALLOWANCE:
             self.guesses(source, name).settle(used, unused)
         found = self._targets(source, policy, history, plan, key)
-        if found is None:
+        if found is None:  # no pattern (now): nothing is followed, chunks are read by parts
+            with self._lock:
+                self._mode.pop(source.token, None)
             return []
         mode, targets, views, steady = found
         track = self.guesses(source, str(mode[0]))
@@ -306,10 +351,10 @@ class Prefetcher:
             self.last_policy[source.token] = str(mode[0])
         track.made(keys)
         if views is None:
-            engine.advise(source, indices)  # the disk can start on all of them
+            engine.hints.advise(source, indices)  # the disk can start on all of them
         elif not source.is_async:  # local files: this slab's and the next's, to the page cache
             here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
-            engine.advise(source, here + targets[: len(here)])
+            engine.hints.advise(source, here + targets[: len(here)])
         engine.request(
             source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
             generation=gen, boxes=boxes if views is not None else None, skip_taken=one_pass,
@@ -414,7 +459,7 @@ class Prefetcher:
             whole = key[:2]
             if whole in cache or (box is not None and key in cache):
                 continue
-            if one_pass and engine.recently_consumed(whole):
+            if one_pass and engine.hints.recently_consumed(whole):
                 continue
             keys.append(key)
             indices.append(index)

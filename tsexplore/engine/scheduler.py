@@ -32,7 +32,7 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource, ReadServices
+from ..sources.base import ChunkIndex, ChunkSource, ReadServices, SyncChunkSource
 from .absent import AbsentChunks
 from .blocking import BlockingReads
 from .cache import ChunkCache
@@ -49,7 +49,7 @@ from .types import ChunkKey, Priority
 PART_BATCH = round(1 / PART_COST)
 
 
-class Engine(BlockingReads, ReadAheadMemory):
+class Engine(BlockingReads):
     """Everything that moves chunks. One per process; see :func:`get_engine`."""
 
     def __init__(self, cache_bytes: int | None = None) -> None:
@@ -73,11 +73,12 @@ class Engine(BlockingReads, ReadAheadMemory):
             self.cache, self._reader, self.stats, self._table,
             following=lambda source: self.prefetcher.following(source),
         )
-        ReadAheadMemory.__init__(self)
         self._ev_seen = 0
         self._closed = False
         self._io_threads = settings.io_threads
         self._io = IOLoop(self._io_threads)
+        #: read-ahead hints, what one-pass readers took, what became of the guesses
+        self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
 
     def _settings_changed(self, settings: config.Settings) -> None:
@@ -341,7 +342,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         array: np.ndarray | None
         try:
             if pending is not None:  # one of a batch: its bytes come with the others'
-                array = await self._reader.read(read.source, read.index, pending)
+                array = await self._reader.read(read.source, read.index, lambda: pending)
             else:
                 array = await self._read(read)
         except asyncio.CancelledError:
@@ -372,12 +373,7 @@ class Engine(BlockingReads, ReadAheadMemory):
         return await self._reader.read(read.source, read.index)
 
     def _finish(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
-        self._table.finish(read)
-        if not read.future.done():
-            if exc is not None:
-                read.future.set_exception(exc)
-            else:
-                read.future.set_result(result)
+        self._table.settle(read, result, exc)
         self._dispatch()
 
     # -- nested reads ------------------------------------------------------------------------
@@ -394,7 +390,10 @@ class Engine(BlockingReads, ReadAheadMemory):
             self.stats.count("hits")
             return value
         self.stats.count("misses")
-        array = self._reader.read_here(source, key[1], self._io.run_coroutine)
+        index = key[1]
+        run = ((lambda: source.read_chunk_sync(index)) if isinstance(source, SyncChunkSource)
+               else (lambda: self._io.run_coroutine(source.read_chunk_counted(index))))
+        array = self._reader.read_here(source, index, run)
         self.cache.put(key, array)
         return array
 

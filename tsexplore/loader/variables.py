@@ -61,7 +61,7 @@ class LoaderVariable:
         """Hint that the chunks of ``region`` will be read soon (see ``ChunkSource.advise``)."""
         if self.lazy is None:
             plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
-            engine.advise(self.source, plan.chunk_indices())
+            engine.hints.advise(self.source, plan.chunk_indices())
 
     def request(
         self, engine: Engine, region: tuple[slice, ...], cache: bool = True
