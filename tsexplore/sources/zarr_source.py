@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
-from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions
+from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
 from .bytes import ByteRange, ByteStore, LocalFiles
 from .codecs import chain_from_zarr
 from .parts import reader_for
@@ -76,7 +76,7 @@ class ZarrSource(ChunkSource):
         self.name = name
         self.path = array.path
         self.shape = tuple(int(s) for s in array.shape)
-        self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks are decoded to native
+        self.dtype = native_dtype(array.dtype)  # chunks are decoded to native
         described = variable_meta(array, name)
         self.dims = described.dims if dims is None else tuple(dims)
         self.attrs = described.attrs
@@ -347,18 +347,79 @@ def _on_zarr_loop(coro: Any) -> Any:
     return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
-def open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, str, Any]:
+def _child(group: Any, path: str, where: Any) -> Any:
+    """The node at ``path`` below ``group`` (xarray's ``group=``), or a SourceError."""
+    import zarr
+
+    path = path.strip("/")
+    if not path:
+        return group
+    if not isinstance(group, zarr.Group):
+        raise SourceError(f"group={path!r}: {where!r} is a Zarr array, not a group")
+    try:
+        return group[path]
+    except KeyError:
+        children = sorted(name for name, _ in group.groups())
+        raise SourceError(
+            f"{where!r} has no group {path!r}; its groups are {children or 'none'}"
+        ) from None
+
+
+def _open_zarr(
+    store: Any, so: dict[str, Any] | None, group: str | None, consolidated: bool | None,
+    zarr_format: int | None,
+) -> Any:
+    """The node at ``group`` of ``store`` (a URL or a zarr ``Store``), with its metadata read
+    as xarray's zarr engine reads it: ``consolidated=True`` requires consolidated metadata at
+    the root, ``None`` uses it when the root has it (one request for the whole hierarchy),
+    ``False`` reads each node's own metadata. Zarr v3 is asked first (one ``zarr.json``)
+    unless ``zarr_format`` says which; a store whose root is an array opens as that array."""
+    import zarr
+
+    kw: dict[str, Any] = {"mode": "r"}
+    if isinstance(store, str):
+        kw["storage_options"] = so
+    path = (group or "").strip("/")
+    if consolidated:
+        root = zarr.open_consolidated(store, zarr_format=zarr_format, **kw)
+        return _child(root, path, store)
+    use = None if consolidated is None else False
+    formats = (zarr_format,) if zarr_format is not None else (3, None)
+    for i, fmt in enumerate(formats):
+        try:
+            # the root first, even for a group: its consolidated metadata covers the children
+            root = zarr.open_group(store, zarr_format=fmt, use_consolidated=use, **kw)
+        except Exception:  # noqa: BLE001 - not a group in this format (or not there)
+            if i + 1 < len(formats):
+                continue
+            if path:
+                raise
+            return zarr.open(store=store, zarr_format=fmt, **kw)  # a lone array
+        return _child(root, path, store)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def open_node(
+    obj: Any,
+    storage_options: dict[str, Any] | None,
+    group: str | None = None,
+    consolidated: bool | None = None,
+    zarr_format: int | None = None,
+) -> tuple[Any, str, Any]:
     """(zarr node, root name, store object or None) for a path/URL, a zarr ``Store``, a
-    ``zarr.Group`` or a ``zarr.Array``. Zarr v3 is asked first (one ``zarr.json``), v2 only
-    when that fails: a remote store pays a round trip per metadata key tried."""
+    ``zarr.Group`` or a ``zarr.Array``; ``group``, ``consolidated`` and ``zarr_format`` as
+    xarray's zarr engine takes them (see :func:`_open_zarr`). The root name is the store's
+    root (chunk keys are the arrays' paths below it), also when ``group`` is given."""
     import zarr
     from zarr.abc.store import Store
 
     if isinstance(obj, (zarr.Array, zarr.Group)):
-        return obj, f"<{type(obj.store).__name__}>", obj.store
+        return _child(obj, group or "", obj), f"<{type(obj.store).__name__}>", obj.store
     if isinstance(obj, Store):
         try:
-            node = zarr.open(store=obj, mode="r")
+            node = _open_zarr(obj, None, group, consolidated, zarr_format)
+        except SourceError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise SourceError(f"cannot open the {type(obj).__name__} as Zarr: {type(exc).__name__}: {exc}") from exc
         return node, f"<{type(obj).__name__}>", obj
@@ -372,18 +433,18 @@ def open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, st
             store = FsspecStore.from_url(root, storage_options=storage_options, read_only=True)
         except Exception as exc:  # noqa: BLE001
             raise SourceError(f"cannot open {obj!r}: {type(exc).__name__}: {exc}") from exc
-        node, _, _ = open_node(store, None)
+        node, _, _ = open_node(store, None, group, consolidated, zarr_format)
         return node, root, store
     so = storage_options or None
     try:
-        try:  # (zarr.open reads zarr.json twice for a group: once as an array)
-            node = zarr.open_group(store=root, mode="r", storage_options=so, zarr_format=3)
-        except Exception:  # noqa: BLE001 - not a v3 group (or not there): let zarr look
-            node = zarr.open(store=root, mode="r", storage_options=so)
+        node = _open_zarr(root, so, group, consolidated, zarr_format)
+    except SourceError:
+        raise
     except FileNotFoundError as exc:
         raise SourceError(f"no Zarr store at {obj!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
-        raise SourceError(f"cannot open {obj!r} as Zarr: {type(exc).__name__}: {exc}") from exc
+        what = "with consolidated metadata " if consolidated else ""
+        raise SourceError(f"cannot open {obj!r} as Zarr {what}: {type(exc).__name__}: {exc}") from exc
     return node, root, None
 
 
@@ -413,7 +474,8 @@ def open_zarr_group(
         arrays = {n: a for n, a in node.arrays()}
         attrs = group_attrs(node)
         base = root
-    if not arrays:
+    if not arrays and (_is_remote(root) or store is not None) and not isinstance(node, zarr.Array) \
+            and not any(True for _ in node.groups()):
         raise SourceError(
             f"the Zarr group at {url!r} lists no arrays. Remote stores cannot be listed, so "
             "they need consolidated metadata: run zarr.consolidate_metadata(store) once"
