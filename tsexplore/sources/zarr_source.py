@@ -41,6 +41,7 @@ from .remote import (
     byte_store_for_zarr,
     close_async_fs,
     get_async_fs,
+    obstore_for,
 )
 from .sharding import ShardReader, layout_from_zarr
 from .zarr_meta import absent_fill, group_attrs, variable_meta
@@ -380,6 +381,10 @@ def _open_zarr(
     if isinstance(store, str):
         kw["storage_options"] = so
     path = (group or "").strip("/")
+    if isinstance(store, str) and _is_remote(store) and consolidated is not False:
+        found = _group_from_one_document(store, so, zarr_format, consolidated)
+        if found is not None:
+            return _child(found, path, store)
     if consolidated:
         root = zarr.open_consolidated(store, zarr_format=zarr_format, **kw)
         return _child(root, path, store)
@@ -397,6 +402,69 @@ def _open_zarr(
             return zarr.open(store=store, zarr_format=fmt, **kw)  # a lone array
         return _child(root, path, store)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _group_from_one_document(
+    url: str, so: dict[str, Any] | None, zarr_format: int | None, consolidated: bool | None
+) -> Any:
+    """A remote group from one metadata request: its ``zarr.json`` (v3, with consolidated
+    metadata when the writer put it there) or its ``.zmetadata`` (v2, which holds the root's
+    ``.zgroup`` and ``.zattrs`` too) -- where zarr asks for ``.zgroup``, ``.zattrs`` and
+    ``.zmetadata`` together, each a request. None when the root is not a group in one
+    document (an array, no consolidated v2 metadata): then zarr opens it its own way."""
+    import json
+
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.group import AsyncGroup
+    from zarr.core.sync import sync
+    from zarr.storage import FsspecStore
+    from zarr.storage._common import StorePath
+
+    try:
+        store = FsspecStore.from_url(url, storage_options=so, read_only=True)
+    except Exception:  # noqa: BLE001 - let zarr's own open say what is wrong
+        return None
+    where = StorePath(store, "")
+    proto = default_buffer_prototype()
+    # one GET (s3fs sends a HEAD first), unless the remote reader is set to fsspec
+    fast = obstore_for(url.rstrip("/"), dict(so or {})) if config.get().remote_reader != "fsspec" else None
+
+    async def get(key: str) -> Any:
+        if fast is None:
+            return await store.get(key, proto)
+        got = await fast.get(key)
+        return None if got is None else proto.buffer.from_bytes(bytes(got))
+
+    async def read() -> Any:
+        if zarr_format in (None, 3):
+            doc = await get("zarr.json")
+            if doc is not None:
+                meta = json.loads(doc.to_bytes())
+                if meta.get("node_type") != "group":
+                    return None
+                if consolidated and not meta.get("consolidated_metadata"):
+                    return None  # zarr's open_consolidated says so
+                return AsyncGroup._from_bytes_v3(where, doc, use_consolidated=consolidated)
+            if zarr_format == 3:
+                return None
+        doc = await get(".zmetadata")
+        if doc is None:
+            return None
+        flat = json.loads(doc.to_bytes()).get("metadata", {})
+        if ".zgroup" not in flat:
+            return None
+        encode = proto.buffer.from_bytes
+        return AsyncGroup._from_bytes_v2(
+            where, encode(json.dumps(flat[".zgroup"]).encode()),
+            encode(json.dumps(flat.get(".zattrs", {})).encode()), doc,
+        )
+
+    try:
+        found = sync(read())
+    except Exception:  # noqa: BLE001 - zarr's private constructors moved: open as zarr does
+        return None
+    return zarr.Group(found) if found is not None else None
 
 
 def open_node(
