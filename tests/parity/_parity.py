@@ -93,10 +93,20 @@ def independent_engine(path: str) -> str | None:
     engine = same_store_engine(path)
     if engine == "scipy":
         other = None if path.endswith(".gz") else "netcdf4"
+    elif not _is_netcdf4(path):
+        return None  # plain HDF5 (no netCDF-4 conventions): each library names its dims its own way
     else:
         other = "h5netcdf" if engine == "netcdf4" else "netcdf4"
     module = {"netcdf4": "netCDF4", "h5netcdf": "h5netcdf"}.get(other or "")
     return other if module and importlib.util.find_spec(module) else None
+
+
+def _is_netcdf4(path: str) -> bool:
+    """A netCDF-4 file (``_NCProperties``, written by netCDF-C or h5netcdf), not bare HDF5."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return "_NCProperties" in f.attrs
 
 
 class counted:
