@@ -389,7 +389,7 @@ def _open_zarr(
         root = zarr.open_consolidated(store, zarr_format=zarr_format, **kw)
         return _child(root, path, store)
     use = None if consolidated is None else False
-    formats = (zarr_format,) if zarr_format is not None else (3, None)
+    formats: tuple[Any, ...] = (zarr_format,) if zarr_format is not None else (3, None)
     for i, fmt in enumerate(formats):
         try:
             # the root first, even for a group: its consolidated metadata covers the children
