@@ -5,6 +5,8 @@ ship whole), the skips of the tests xarray's own engine does not pass here, and 
   parametrization whose parameters match the marker's;
 - the tests ``xarray_own.json`` lists (they fail with xarray's own engine on this machine)
   are skipped, the reason saying what xarray's engine did;
+- every test is marked ``peer`` (``pytest -m "not peer"`` leaves the suite out, ``-m peer``
+  runs it alone, e.g. ``-n 2``);
 - per class, the tests run / passed / failed / skipped go to ``test-artifacts/peer-counts.json``
   (``peer-counts-own.json`` for the unchanged classes of ``own_classes.py``).
 """
@@ -22,6 +24,7 @@ from xarray.tests.conftest import *  # noqa: F403 - xarray's fixtures (time_unit
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 MARKERS = (
+    "xdist_group(name): pytest-xdist's (--dist loadgroup keeps a group on one worker)",
     "skip_if_param(**params, reason, condition=True): xarray's: skip the matching parametrization",
     "skip_with_dask_array: xarray's: skip with the dask-array chunk manager",
     "xfail_with_dask_array: xarray's: xfail with the dask-array chunk manager",
@@ -46,8 +49,10 @@ def _key(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     own = own_outcomes()
     for item in items:
-        if "peer" not in item.nodeid.split("::")[0]:
+        if "tests/peer/" not in item.nodeid.split("::")[0]:
             continue
+        item.add_marker(pytest.mark.peer)  # -m peer / -m "not peer"; one xdist group
+        item.add_marker(pytest.mark.xdist_group("peer"))
         params = getattr(getattr(item, "callspec", None), "params", {})
         for mark in item.iter_markers("skip_if_param"):
             kwargs = dict(mark.kwargs)
