@@ -99,6 +99,9 @@ def test_zarr_tree_equals_xarrays_and_every_node_streams(tmp_path, zarr_format, 
     xr.testing.assert_identical(streamed, want)
     _nodes_engine_backed(streamed)
     _streams(streamed["a"]["temp"])
+    chunked = tse.open_datatree(path, chunks={})  # dask arrays whose tasks read through the engine
+    assert engine_backed(chunked["a"]["temp"])
+    xr.testing.assert_identical(chunked.compute(), want)
     # xr.open_groups: the same nodes as xarray's, by the same keys
     groups = xr.open_groups(path, engine="tsexplore")
     assert sorted(groups) == sorted(xr.open_groups(path, engine="zarr"))  # (listing order varies)
