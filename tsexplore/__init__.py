@@ -23,7 +23,7 @@ from .pyramid import pyramid
 from .rechunk import rechunk
 from .sample import sample_data
 from .sources import SourceOptions, SyntheticSource
-from .xarray import open_dataset
+from .xarray import open_dataset, open_datatree
 
 __version__ = "0.1.0"
 
@@ -40,6 +40,7 @@ __all__ = [
     "config",
     "errors",
     "open_dataset",
+    "open_datatree",
     "pyramid",
     "rechunk",
     "sample_data",

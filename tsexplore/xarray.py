@@ -21,7 +21,7 @@ from .backend import ENGINE_DASK, EngineStore, numpy_layers
 from .engine import get_engine
 from .errors import ConfigError, TsExploreDeprecationWarning
 from .resolve import sources_of  # noqa: F401 - kept importable from here
-from .sources import SourceOptions, open_group
+from .sources import Hierarchy, SourceGroup, SourceOptions, open_group, open_tree
 
 #: xarray's decoder options, taken by ``tse.open_dataset`` and the ``tsexplore`` engine alike
 DECODER_OPTIONS = (
@@ -33,6 +33,8 @@ DECODER_OPTIONS = (
     "decode_coords",
     "drop_variables",
 )
+#: xarray's options that pick a group and say how a store's metadata is read
+HIERARCHY_OPTIONS = ("group", "consolidated", "zarr_format", "auto_complex")
 
 
 def _check_cache_bytes(cache_bytes: Any) -> None:
@@ -86,13 +88,52 @@ def open_dataset(
     ``size`` (an int or ``(height, width)``) resizes every image of an image folder.
     ``decode_cf`` and xarray's decoder options (``mask_and_scale``, ``decode_times``,
     ``decode_timedelta``, ``use_cftime``, ``concat_characters``, ``decode_coords``,
-    ``drop_variables``) mean what they mean for :func:`xarray.open_dataset`.
+    ``drop_variables``) mean what they mean for :func:`xarray.open_dataset`; ``group``
+    (Zarr, NetCDF/HDF5), ``consolidated`` and ``zarr_format`` (Zarr) and ``auto_complex``
+    (NetCDF4) mean what they mean for xarray's zarr and netCDF engines.
     """
-    unknown = sorted(set(decoders) - set(DECODER_OPTIONS))
+    return _open(xr.open_dataset, source, cache_bytes, prefetch, missing, chunks, storage_options,
+                 grid=grid, size=size, decode_cf=decode_cf, **decoders)
+
+
+def open_datatree(
+    source: Any,
+    cache_bytes: int | None = None,
+    prefetch: Any = "auto",
+    missing: str = "fill",
+    chunks: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    grid: Any = None,
+    decode_cf: bool | None = None,
+    **decoders: Any,
+) -> xr.DataTree:
+    """Open every group of a Zarr store or NetCDF/HDF5 file as a lazy :class:`xarray.DataTree`
+    whose every node is engine-backed (one engine, one cache), as
+    ``xr.open_datatree(source, engine="tsexplore")`` does.
+
+    The arguments are :func:`open_dataset`'s; ``group=`` roots the tree at that group,
+    ``consolidated=`` / ``zarr_format=`` read a Zarr store's metadata as xarray's zarr engine
+    does (consolidated metadata, when the store has it, is one read for the whole tree). An
+    OME-NGFF image or a ``tse.pyramid`` output opens with its levels as child nodes.
+    A node's variables stream like any others: ``tse.explore(tree["1"].ds)``,
+    ``tse.reduce(tree["a"]["temp"], "mean")``.
+    """
+    return _open(xr.open_datatree, source, cache_bytes, prefetch, missing, chunks, storage_options,
+                 grid=grid, decode_cf=decode_cf, **decoders)
+
+
+def _open(opener: Any, source: Any, cache_bytes: Any, prefetch: Any, missing: str, chunks: Any,
+          storage_options: Any, *, decode_cf: bool | None, **kwargs: Any) -> Any:
+    """``opener`` (xarray's ``open_dataset`` or ``open_datatree``) with the tsexplore engine,
+    the arguments checked first."""
+    known = {*DECODER_OPTIONS, *HIERARCHY_OPTIONS, "grid", "size"}
+    unknown = sorted(set(kwargs) - known)
     if unknown:
         raise ConfigError(
-            f"open_dataset got unknown keyword(s) {unknown}; xarray's decoder options are "
-            f"decode_cf, {', '.join(DECODER_OPTIONS)}"
+            f"{opener.__name__} got unknown keyword(s) {unknown}; xarray's decoder options are "
+            f"decode_cf, {', '.join(DECODER_OPTIONS)}; its group options "
+            f"{', '.join(HIERARCHY_OPTIONS)}"
         )
     SourceOptions(missing, prefetch)  # check them before anything is opened
     _check_cache_bytes(cache_bytes)
@@ -103,10 +144,10 @@ def open_dataset(
             "dataset of this process shares (not this dataset's own); set it with "
             f"tse.config.set(cache_bytes={cache_bytes}) instead: the argument will be removed",
             TsExploreDeprecationWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         config.set(cache_bytes=int(cache_bytes))
-    ds = xr.open_dataset(
+    out = opener(
         source,
         engine=TsExploreBackendEntrypoint,
         chunks=chunks,
@@ -116,26 +157,32 @@ def open_dataset(
         missing=missing,
         prefetch=prefetch,
         storage_options=storage_options,
-        grid=grid,
-        size=size,
-        **decoders,
+        **kwargs,
     )
     get_engine()
-    return ds
+    return out
 
 
 class TsExploreBackendEntrypoint(BackendEntrypoint):
-    """``xr.open_dataset(path, engine="tsexplore", ...)``: the same as ``tse.open_dataset``.
+    """``xr.open_dataset(path, engine="tsexplore", ...)``: the same as ``tse.open_dataset``;
+    ``xr.open_datatree`` / ``xr.open_groups`` with ``engine="tsexplore"``: one engine-backed
+    Dataset per group.
 
-    Takes every decoder option of xarray's own backends, and ``missing``, ``prefetch``,
+    Takes every decoder option of xarray's own backends; ``group``, ``consolidated`` and
+    ``zarr_format`` as xarray's zarr engine takes them (``group`` also for NetCDF/HDF5),
+    ``auto_complex`` as its netcdf4 engine; and ``missing``, ``prefetch``,
     ``storage_options``, ``grid`` and ``size`` as :func:`open_dataset` does.
+    ``use_zarr_fill_value_as_mask`` is accepted and, as by xarray's zarr engine's
+    ``open_dataset``, not used: v2 arrays mask their fill value, v3 arrays do not.
     """
 
     description = "Stream Zarr, NetCDF/HDF5 and .npy through the tsexplore engine"
     url = "https://github.com/tsexplore/tsexplore"
+    supports_groups = True
     open_dataset_parameters = (
         "filename_or_obj",
         *DECODER_OPTIONS,
+        *HIERARCHY_OPTIONS,
         "missing",
         "prefetch",
         "storage_options",
@@ -154,6 +201,11 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         concat_characters: Any = True,
         decode_coords: Any = True,
         drop_variables: Any = None,
+        group: str | None = None,
+        consolidated: bool | None = None,
+        zarr_format: int | None = None,
+        auto_complex: bool | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
         missing: str = "fill",
         prefetch: Any = "auto",
         storage_options: dict[str, Any] | None = None,
@@ -161,26 +213,70 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         size: Any = None,
     ) -> xr.Dataset:
         options = SourceOptions(missing, prefetch)
-        group = open_group(
-            filename_or_obj, storage_options=storage_options, options=options, grid=grid, size=size
+        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
+        sources = open_group(
+            filename_or_obj, storage_options=storage_options, options=options, grid=grid,
+            size=size, hierarchy=hierarchy,
         )
-        store = EngineStore(group, drop_variables)
-        ds = StoreBackendEntrypoint().open_dataset(
-            store,
-            mask_and_scale=mask_and_scale,
-            decode_times=decode_times,
-            concat_characters=concat_characters,
-            decode_coords=decode_coords,
-            drop_variables=drop_variables,
-            use_cftime=use_cftime,
-            decode_timedelta=decode_timedelta,
+        return _dataset(sources, drop_variables, dict(
+            mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+        ))
+
+    def open_groups_as_dict(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: Any = True,
+        decode_times: Any = True,
+        decode_timedelta: Any = None,
+        use_cftime: Any = None,
+        concat_characters: Any = True,
+        decode_coords: Any = True,
+        drop_variables: Any = None,
+        group: str | None = None,
+        consolidated: bool | None = None,
+        zarr_format: int | None = None,
+        auto_complex: bool | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        missing: str = "fill",
+        prefetch: Any = "auto",
+        storage_options: dict[str, Any] | None = None,
+        grid: Any = None,
+    ) -> dict[str, xr.Dataset]:
+        """One engine-backed Dataset per group at ``group`` and below, keyed by path as
+        xarray's own engines key them; every node reads through the one engine."""
+        options = SourceOptions(missing, prefetch)
+        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
+        tree = open_tree(filename_or_obj, storage_options=storage_options, options=options,
+                         grid=grid, hierarchy=hierarchy)
+        decoders = dict(
+            mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
         )
-        for variable in ds.variables.values():
-            numpy_layers(variable)
-        extra = [name for name in group.coord_names if name in ds.data_vars]
-        return ds.set_coords(extra) if extra else ds
+        return {path: _dataset(sources, drop_variables, decoders) for path, sources in tree.items()}
+
+    def open_datatree(  # type: ignore[override]
+        self, filename_or_obj: Any, **kwargs: Any
+    ) -> xr.DataTree:
+        """The groups of :meth:`open_groups_as_dict` as a :class:`xarray.DataTree`."""
+        from xarray.backends.common import datatree_from_dict_with_io_cleanup
+
+        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
         return os.fspath(filename_or_obj).rstrip("/").endswith((".zarr", ".npy"))
+
+
+def _dataset(sources: SourceGroup, drop_variables: Any, decoders: dict[str, Any]) -> xr.Dataset:
+    """The Dataset xarray's ``StoreBackendEntrypoint`` decodes from ``sources``."""
+    store = EngineStore(sources, drop_variables)
+    ds = StoreBackendEntrypoint().open_dataset(store, drop_variables=drop_variables, **decoders)
+    for variable in ds.variables.values():
+        numpy_layers(variable)
+    extra = [name for name in sources.coord_names if name in ds.data_vars]
+    return ds.set_coords(extra) if extra else ds

@@ -6,10 +6,20 @@ xarray's own engine gives for the same store and the same options:
 - ``lazy``: ``tse.open_dataset(path)`` against ``xr.open_dataset(path, engine=E)``;
 - ``dask``: ``tse.open_dataset(path, chunks={})`` against ``xr.open_dataset(..., chunks={})``,
   including every variable's dask chunks;
-- ``engine``: ``xr.open_dataset(path, engine="tsexplore")``;
-- ``engine+options`` / ``lazy+options``: the same with xarray's decoder options drawn at random
-  (``decode_cf``, ``mask_and_scale``, ``decode_times`` incl. a ``CFDatetimeCoder``,
-  ``decode_timedelta``, ``concat_characters``, ``decode_coords``, ``drop_variables``).
+- ``options``: ``xr.open_dataset(path, engine="tsexplore", **options)`` with xarray's decoder
+  options drawn at random (``decode_cf``, ``mask_and_scale``, ``decode_times`` incl. a
+  ``CFDatetimeCoder``, ``decode_timedelta``, ``concat_characters``, ``decode_coords``,
+  ``drop_variables``). ``tse.open_dataset`` and ``engine="tsexplore"`` are the same code
+  (xarray's ``open_dataset`` over the tsexplore entrypoint): each path is counted once;
+- ``independent:<engine>``: for NetCDF files, a second library that shares no code with the
+  store tsexplore reads through (``netcdf4`` for a file read with h5netcdf and the other way
+  round, ``netcdf4`` for NetCDF3 read with scipy): equal values, dims, coordinates
+  (``xr.testing.assert_equal``; encodings and attribute types are each library's own), so a
+  mistake tsexplore shares with its reader's store can show.
+
+``E`` is xarray's engine over the same store as tsexplore's reader
+(:func:`tsexplore.sources.netcdf.engine_for`: scipy for NetCDF3, and for HDF5 the library
+that wrote the file), so encodings compare key by key.
 
 Each comparison is ``xr.testing.assert_identical`` of the loaded datasets, the same
 ``encoding`` (every key, NaN-aware) for the dataset and each variable, and random basic,
@@ -18,8 +28,9 @@ selection of xarray's loaded dataset, i.e. NumPy's meaning of the indexers: wher
 own lazy reader disagrees with NumPy (negative-step slices), tsexplore matches NumPy.
 When xarray refuses an option or a store, tsexplore must refuse it with the same error type.
 
-Every comparison is counted in :data:`COUNTS` (format, path) -> n; ``conftest.py`` writes the
-counts to ``test-artifacts/parity-counts.json``.
+Every comparison is counted where it is made: :data:`COUNTS` (format, path) -> compared,
+:data:`DIFFERED` (format, path) -> how many of those found a difference (the test then
+fails); ``conftest.py`` writes both to ``test-artifacts/parity-counts.json``.
 """
 
 from __future__ import annotations
@@ -52,16 +63,68 @@ SETTINGS = settings(
 
 #: (format, path) -> how many datasets (or files) were compared on that path
 COUNTS: Counter[tuple[str, str]] = Counter()
+#: (format, path) -> how many of those comparisons found a difference
+DIFFERED: Counter[tuple[str, str]] = Counter()
 #: (format, kind) -> how many random isel selections were compared
 SELECTIONS: Counter[tuple[str, str]] = Counter()
 #: format -> absent chunks read as fill values during the comparisons (sparse stores)
 ABSENT: Counter[str] = Counter()
 #: the real files compared (path -> xarray engine)
 FILES: dict[str, str] = {}
+#: format -> chunk parts (blosc blocks) read during the comparisons
+PARTS: Counter[str] = Counter()
 #: selections where xarray's lazy reader differs from NumPy (tsexplore matched NumPy)
 XARRAY_LAZY_DIVERGES: Counter[str] = Counter()
 
-ENGINE_OF = {"zarr2": "zarr", "zarr3": "zarr", "zarr3-sharded": "zarr", "netcdf3": "scipy", "netcdf4": "h5netcdf"}
+ENGINE_OF = {"zarr2": "zarr", "zarr3": "zarr", "zarr3-sharded": "zarr"}
+
+
+def same_store_engine(path: str) -> str:
+    """xarray's engine over the store tsexplore reads ``path`` with."""
+    from tsexplore.sources.netcdf import engine_for
+
+    return engine_for(os.path.abspath(path))
+
+
+def independent_engine(path: str) -> str | None:
+    """A library that shares no code with tsexplore's reader for ``path`` (None: none here)."""
+    import importlib.util
+
+    engine = same_store_engine(path)
+    if engine == "scipy":
+        other = None if path.endswith(".gz") else "netcdf4"
+    elif not _is_netcdf4(path):
+        return None  # plain HDF5 (no netCDF-4 conventions): each library names its dims its own way
+    else:
+        other = "h5netcdf" if engine == "netcdf4" else "netcdf4"
+    module = {"netcdf4": "netCDF4", "h5netcdf": "h5netcdf"}.get(other or "")
+    return other if module and importlib.util.find_spec(module) else None
+
+
+def _is_netcdf4(path: str) -> bool:
+    """A netCDF-4 file (``_NCProperties``, written by netCDF-C or h5netcdf), not bare HDF5."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return "_NCProperties" in f.attrs
+
+
+class counted:
+    """``with counted(fmt, label): <compare>`` counts one comparison, and a difference when
+    the block raises ``AssertionError`` (which it lets through: the test fails)."""
+
+    def __init__(self, fmt: str, label: str, table: Counter[tuple[str, str]] | None = None) -> None:
+        self.key, self.table = (fmt, label), COUNTS if table is None else table
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if kind is None or issubclass(kind, AssertionError):
+            self.table[self.key] += 1
+            if kind is not None:
+                DIFFERED[self.key] += 1
+        return False
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -155,8 +218,8 @@ def check_selections(draw: st.DrawFn, fmt: str, got: xr.Dataset, lazy_ref: xr.Da
     for kind, idx in _isel_cases(draw, dict(ref.sizes)):
         expected = ref.isel(idx)
         mine = got.isel(idx)
-        xr.testing.assert_identical(mine.load(), expected)
-        SELECTIONS[(fmt, kind)] += 1
+        with counted(fmt, kind, SELECTIONS):
+            xr.testing.assert_identical(mine.load(), expected)
         status, theirs = outcome(lambda idx=idx: lazy_ref.isel(idx).load())
         if status == "error" or not theirs.identical(expected):
             XARRAY_LAZY_DIVERGES["negative-step" if _negative_step(idx) else kind] += 1
@@ -167,9 +230,9 @@ def compare_store(
 ) -> None:
     """Compare one store on every path (see the module docstring); counted under ``fmt``.
 
-    ``engine``: xarray's engine for the store (default: the one of the format ``fmt``).
+    ``engine``: xarray's engine for the store (default: the one over the same store).
     """
-    engine = engine or ENGINE_OF[fmt]
+    engine = engine or ENGINE_OF.get(fmt) or same_store_engine(path)
     opts = draw(decoder_options(names))
     runs: list[tuple[str, Callable[[], xr.Dataset], Callable[[], xr.Dataset], bool]] = [
         ("lazy", lambda: tse.open_dataset(path), lambda: xr.open_dataset(path, engine=engine), False),
@@ -180,20 +243,8 @@ def compare_store(
             True,
         ),
         (
-            "engine",
-            lambda: xr.open_dataset(path, engine="tsexplore"),
-            lambda: xr.open_dataset(path, engine=engine),
-            False,
-        ),
-        (
-            "engine+options",
+            "options",
             lambda: xr.open_dataset(path, engine="tsexplore", **opts),
-            lambda: xr.open_dataset(path, engine=engine, **opts),
-            False,
-        ),
-        (
-            "lazy+options",
-            lambda: tse.open_dataset(path, **opts),
             lambda: xr.open_dataset(path, engine=engine, **opts),
             False,
         ),
@@ -201,19 +252,26 @@ def compare_store(
     for label, mine, theirs, chunked in runs:
         status_ref, ref = outcome(theirs)
         status, got = outcome(mine)
-        if status_ref == "error":
-            assert status == "error", f"{label}: xarray refused {opts} ({ref!r}) but tsexplore opened it"
-            assert type(got) is type(ref) or isinstance(got, type(ref)), (label, got, ref)
-            COUNTS[(fmt, label)] += 1
-            continue
-        assert status == "ok", f"{label} {opts}: tsexplore failed where xarray opened it: {got!r}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            assert_parity(got, ref, chunks=chunked)
-            if label in ("lazy", "lazy+options"):  # fresh (unloaded) datasets for isel
-                lazy_ref = theirs()
-                check_selections(draw, fmt, mine(), lazy_ref, ref)
-        COUNTS[(fmt, label)] += 1
+        with counted(fmt, label):
+            if status_ref == "error":
+                assert status == "error", f"{label}: xarray refused {opts} ({ref!r}) but tsexplore opened it"
+                assert type(got) is type(ref) or isinstance(got, type(ref)), (label, got, ref)
+                continue
+            assert status == "ok", f"{label} {opts}: tsexplore failed where xarray opened it: {got!r}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert_parity(got, ref, chunks=chunked)
+        if label in ("lazy", "options"):  # fresh (unloaded) datasets for isel
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_selections(draw, fmt, mine(), theirs(), ref)
+    other = independent_engine(path) if engine in ("scipy", "netcdf4", "h5netcdf") else None
+    if other is not None:
+        status_ref, ref = outcome(lambda: xr.open_dataset(path, engine=other).load())
+        if status_ref == "ok":  # (a file the other library cannot read has nothing to say)
+            with counted(fmt, f"independent:{other}"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                xr.testing.assert_equal(tse.open_dataset(path).load(), ref)
 
 
 def n_chunks(shape: tuple[int, ...], chunks: tuple[int, ...]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _parity import ABSENT, COUNTS, FILES, SELECTIONS, XARRAY_LAZY_DIVERGES
+from _parity import ABSENT, COUNTS, DIFFERED, FILES, PARTS, SELECTIONS, XARRAY_LAZY_DIVERGES
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "parity-counts.json"
 
@@ -28,7 +28,11 @@ def _report() -> dict:
         "files": dict(sorted(FILES.items())),
         "absent_chunks_read_as_fill": dict(ABSENT),
         "xarray_lazy_reader_differs_from_numpy": dict(XARRAY_LAZY_DIVERGES),
-        "differences": 0,  # any difference fails the test that found it
+        "differed": {f"{fmt}:{path}": n for (fmt, path), n in sorted(DIFFERED.items())},
+        # counted by the comparisons themselves (each one that found a difference failed)
+        "differences": sum(DIFFERED.values()),
+        "compared_total": sum(COUNTS.values()) + sum(SELECTIONS.values()),
+        "blosc_part_reads": dict(PARTS),
     }
 
 
@@ -60,4 +64,6 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         f"xarray's lazy reader differs from NumPy (tsexplore matches NumPy): "
         f"{report['xarray_lazy_reader_differs_from_numpy']}"
     )
+    terminalreporter.write_line(
+        f"compared {report['compared_total']}, differed {report['differences']} {report['differed']}")
     terminalreporter.write_line(f"written to {ARTIFACT}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
-from _parity import FILES, SETTINGS, compare_store
+from _parity import FILES, SETTINGS, compare_store, same_store_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,9 +45,9 @@ def _package_files() -> list:
 
 
 def _engine(path: Path) -> str:
-    """xarray's engine for the file: scipy for NetCDF3 (also gzipped), h5netcdf for HDF5."""
-    with open(path, "rb") as f:
-        return "h5netcdf" if f.read(4).startswith(b"\x89HDF") else "scipy"
+    """xarray's engine over the store tsexplore reads the file with: scipy for NetCDF3 (also
+    gzipped); for HDF5 the library that wrote it (netcdf4 or h5netcdf)."""
+    return same_store_engine(str(path))
 
 
 def _names(path: Path, engine: str) -> list[str]:

@@ -7,12 +7,13 @@ sources plus eager coordinates and attributes.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedSourceError
+from ..errors import ConfigError, SourceError, UnsupportedSourceError
 from .base import (
     DEFAULT_OPTIONS,
     ChunkIndex,
@@ -30,6 +31,7 @@ __all__ = [
     "ArraySource",
     "ChunkIndex",
     "ChunkSource",
+    "Hierarchy",
     "MemmapSource",
     "SourceGroup",
     "SourceOptions",
@@ -37,6 +39,7 @@ __all__ = [
     "SyntheticSource",
     "normalize_chunks",
     "open_group",
+    "open_tree",
     "open_npy",
 ]
 
@@ -67,6 +70,63 @@ def _is_image_folder(obj: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Hierarchy:
+    """Which group of a store or file to open, and how its metadata is read: xarray's
+    ``group=`` (a path such as ``"a/b"``; None or ``"/"`` is the root), ``consolidated=``
+    and ``zarr_format=`` (Zarr, as xarray's zarr engine reads them) and ``auto_complex=``
+    (NetCDF4, as xarray's netcdf4 engine)."""
+
+    group: str | None = None
+    consolidated: bool | None = None
+    zarr_format: int | None = None
+    auto_complex: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.group is not None and not isinstance(self.group, str):
+            raise ConfigError(f"group= is a path like 'a/b' (str), got {self.group!r}")
+        if self.consolidated not in (None, True, False):
+            raise ConfigError(f"consolidated= is True, False or None, got {self.consolidated!r}")
+        if self.zarr_format not in (None, 2, 3):
+            raise ConfigError(f"zarr_format= is 2, 3 or None, got {self.zarr_format!r}")
+
+    @property
+    def path(self) -> str:
+        """The group's path below the root, without slashes at the ends (``""``: the root)."""
+        return (self.group or "").strip("/")
+
+    def zarr_kwargs(self) -> dict[str, Any]:
+        return {"group": self.path or None, "consolidated": self.consolidated,
+                "zarr_format": self.zarr_format}
+
+    def check_zarr(self, obj: Any) -> None:
+        if self.auto_complex is not None:
+            raise ConfigError(
+                f"auto_complex= is an option of xarray's netcdf4 engine (NetCDF4 files); "
+                f"{obj!r} is Zarr, whose complex arrays read as complex without it"
+            )
+
+    def check_netcdf(self, path: str) -> None:
+        if self.consolidated is not None or self.zarr_format is not None:
+            raise ConfigError(
+                f"consolidated= and zarr_format= are options of Zarr stores; {path!r} is a "
+                "NetCDF/HDF5 file"
+            )
+
+    def check_plain(self, obj: Any) -> None:
+        """Sources without groups take none of these options."""
+        given = {k: v for k, v in vars(self).items() if v is not None and not (k == "group" and not self.path)}
+        if given:
+            what = obj if isinstance(obj, (str, Path)) else type(obj).__name__
+            raise ConfigError(
+                f"{sorted(given)} select a group or read the metadata of a Zarr store or "
+                f"NetCDF/HDF5 file; {what!r} has no groups"
+            )
+
+
+ROOT = Hierarchy()
+
+
 def open_group(
     obj: Any,
     *,
@@ -74,18 +134,22 @@ def open_group(
     options: SourceOptions = DEFAULT_OPTIONS,
     grid: Any = None,
     size: Any = None,
+    hierarchy: Hierarchy = ROOT,
 ) -> SourceGroup:
     """Sources for ``obj``: a path/URL, a zarr ``Store``/``Group``/``Array``, a NumPy/dask
     array, an xarray object or a source.
 
     Every source is built with ``options`` (absent chunks, prefetch policy); a source passed
     in is copied with them (:meth:`ChunkSource.with_options`). ``size`` (an int or
-    ``(height, width)``) resizes the images of an image folder.
+    ``(height, width)``) resizes the images of an image folder. ``hierarchy`` says which
+    group of a Zarr store or NetCDF/HDF5 file, and how its metadata is read
+    (:class:`Hierarchy`: xarray's ``group=``, ``consolidated=``, ``zarr_format=``,
+    ``auto_complex=``).
     """
     if size is not None and not _is_image_folder(obj):
-        from ..errors import ConfigError
-
         raise ConfigError(f"size= resizes the images of an image folder; {obj!r} is not one")
+    if not _has_groups(obj):
+        hierarchy.check_plain(obj)
     if isinstance(obj, ChunkSource):
         src = obj.with_options(options)
         return SourceGroup({getattr(src, "name", None) or "data": src}, attrs=dict(src.attrs))
@@ -96,13 +160,32 @@ def open_group(
             obj.multiscale, obj.level,
         )
     if isinstance(obj, (str, Path)):
-        return _open_path(os.fspath(obj), storage_options, options, grid, size)
+        return _open_path(os.fspath(obj), storage_options, options, grid, size, hierarchy)
     if _is_zarr_object(obj):
-        from .zarr_source import open_zarr_group
+        from .zarr_source import open_node, open_zarr_group
 
-        sources, coords, attrs = open_zarr_group(obj, storage_options, options)
+        hierarchy.check_zarr(obj)
+        opened = open_node(obj, storage_options, **hierarchy.zarr_kwargs())
+        sources, coords, attrs = open_zarr_group(obj, storage_options, options, opened=opened)
         return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
     return _open_in_memory(obj, options, grid)
+
+
+
+
+def _has_groups(obj: Any) -> bool:
+    """Zarr stores, groups and NetCDF/HDF5 files have groups; everything else does not."""
+    if _is_zarr_object(obj):
+        return True
+    if isinstance(obj, (str, Path)):
+        path = os.fspath(obj)
+        lower = path.lower().rstrip("/")
+        if lower.endswith(".npy"):
+            return False
+        if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
+            return True
+        return _is_zarr_path(path)
+    return False
 
 
 def _is_zarr_object(obj: Any) -> bool:
@@ -118,7 +201,8 @@ def _is_zarr_object(obj: Any) -> bool:
 
 
 def _open_path(
-    path: str, storage_options: dict[str, Any] | None, options: SourceOptions, grid: Any, size: Any
+    path: str, storage_options: dict[str, Any] | None, options: SourceOptions, grid: Any, size: Any,
+    hierarchy: Hierarchy = ROOT,
 ) -> SourceGroup:
     lower = path.lower().rstrip("/")
     if lower.endswith(".npy"):
@@ -127,7 +211,10 @@ def _open_path(
     if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
         from .netcdf import open_netcdf
 
-        sources, coords, attrs, encoding = open_netcdf(path, grid, options)
+        hierarchy.check_netcdf(path)
+        sources, coords, attrs, encoding = open_netcdf(
+            path, grid, options, group=hierarchy.path or None, auto_complex=hierarchy.auto_complex
+        )
         return SourceGroup(sources, coords, attrs, encoding)
     if _is_zarr_path(path):
         import zarr
@@ -135,9 +222,12 @@ def _open_path(
         from .multiscale import open_level, read_multiscale
         from .zarr_source import open_node, open_zarr_group
 
-        opened = open_node(path, storage_options)  # once: each round trip counts remotely
+        hierarchy.check_zarr(path)
+        # once: each round trip counts remotely
+        opened = open_node(path, storage_options, **hierarchy.zarr_kwargs())
         if isinstance(opened[0], zarr.Group):
-            spec = read_multiscale(path, storage_options, group=opened[0])
+            where = f"{path.rstrip('/')}/{hierarchy.path}" if hierarchy.path else path
+            spec = read_multiscale(where, storage_options, group=opened[0])
             if spec is not None:  # a pyramid: level 0; the others stay reachable (ds.tse.levels)
                 sources, coords, attrs = open_level(spec, 0, storage_options, options)
                 return SourceGroup(sources, coords, attrs, multiscale=spec)
@@ -193,3 +283,62 @@ async def close_async_resources() -> None:
     from .remote import close_async_fs
 
     await close_async_fs()
+
+
+def open_tree(
+    obj: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    options: SourceOptions = DEFAULT_OPTIONS,
+    grid: Any = None,
+    hierarchy: Hierarchy = ROOT,
+) -> dict[str, SourceGroup]:
+    """One :class:`SourceGroup` per group of a Zarr store or NetCDF/HDF5 file, at
+    ``hierarchy.group`` and below, keyed as xarray's ``open_groups_as_dict`` keys them
+    (``"/"``, ``"/a"``...; relative to ``group`` when one is given). The store's metadata
+    is read once (consolidated when it has it); each group holds its own arrays -- a
+    pyramid's levels are its child groups, not level 0 in place of the root."""
+    from xarray.core.treenode import NodePath
+
+    parent = str(NodePath("/") / NodePath(hierarchy.path))
+
+    def key(path: str) -> str:
+        return str(NodePath(path).relative_to(parent)) if hierarchy.path else str(NodePath(path))
+
+    if not _has_groups(obj):
+        raise UnsupportedSourceError(
+            f"a tree opens from a Zarr store or a NetCDF/HDF5 file (they have groups); got "
+            f"{obj if isinstance(obj, (str, Path)) else type(obj).__name__!r}"
+        )
+    if isinstance(obj, (str, Path)) and os.fspath(obj).lower().rstrip("/").endswith(NETCDF_SUFFIXES) \
+            and not os.path.isdir(obj):
+        from .netcdf import group_paths, open_netcdf
+
+        path = os.fspath(obj)
+        hierarchy.check_netcdf(path)
+        out: dict[str, SourceGroup] = {}
+        for gpath in group_paths(path):
+            if not (gpath == parent or gpath.startswith(parent.rstrip("/") + "/")):
+                continue
+            sources, coords, attrs, encoding = open_netcdf(
+                path, grid, options, group=gpath, auto_complex=hierarchy.auto_complex
+            )
+            out[key(gpath)] = SourceGroup(sources, coords, attrs, encoding)
+        return out
+    import zarr
+    from xarray.backends.zarr import _iter_zarr_groups
+
+    from .zarr_source import open_node, open_zarr_group
+
+    hierarchy.check_zarr(obj)
+    target = os.fspath(obj) if isinstance(obj, Path) else obj
+    node, root, store = open_node(target, storage_options, **hierarchy.zarr_kwargs())
+    if not isinstance(node, zarr.Group):
+        raise SourceError(f"{obj!r} is a Zarr array, not a group: open it with open_dataset")
+    out = {}
+    for gpath in _iter_zarr_groups(node, parent=parent):
+        rel = str(NodePath(gpath).relative_to(parent))
+        sub = node if rel in ("", ".") else node[rel]
+        sources, coords, attrs = open_zarr_group(target, storage_options, options, opened=(sub, root, store))
+        out[key(gpath)] = SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+    return out

@@ -306,6 +306,17 @@ class SourceGroup:
         return ("SourceGroup", tuple(sorted((k, v.token) for k, v in self.variables.items())))
 
 
+def native_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` in the machine's byte order: what a decoded chunk holds. Only fixed-width
+    numbers (and structured dtypes of them) have a byte order; variable-width strings
+    (object, NumPy ``StringDType``) and single bytes are returned as they are (NumPy's
+    new-style dtypes refuse ``newbyteorder``)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "OT" or dt.isnative:
+        return dt
+    return dt.newbyteorder("=")
+
+
 def normalize_chunks(
     chunks: int | tuple[int, ...] | Mapping[str, int] | None,
     shape: tuple[int, ...],

@@ -7,7 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
+from .base import (
+    DEFAULT_OPTIONS,
+    ChunkIndex,
+    SourceOptions,
+    SyncChunkSource,
+    native_dtype,
+    normalize_chunks,
+)
 
 
 def _regular_dask_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
@@ -38,7 +45,7 @@ class ArraySource(SyncChunkSource):
         self._array = array
         self.options = options
         self.shape = tuple(int(s) for s in array.shape)
-        self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks come out native-endian
+        self.dtype = native_dtype(array.dtype)  # chunks come out native-endian
         self.dims = tuple(dims) if dims else tuple(f"dim_{i}" for i in range(len(self.shape)))
         native = getattr(array, "chunks", None)
         if chunks is None and isinstance(native, tuple) and native and isinstance(native[0], tuple):

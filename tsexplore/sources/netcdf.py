@@ -1,8 +1,13 @@
-"""NetCDF3 (scipy engine, also gzipped) and NetCDF4/HDF5 (h5netcdf engine) through xarray's
-own backend stores.
+"""NetCDF3 (scipy engine, also gzipped) and NetCDF4/HDF5 (netcdf4 or h5netcdf engine) through
+xarray's own backend stores.
 
-The file is opened with xarray's ``ScipyDataStore`` / ``H5NetCDFStore`` exactly as xarray's
-``scipy`` / ``h5netcdf`` engines open it, and the store's raw (undecoded) variables give each
+The file is opened with xarray's ``ScipyDataStore`` / ``NetCDF4DataStore`` /
+``H5NetCDFStore`` exactly as xarray's ``scipy`` / ``netcdf4`` / ``h5netcdf`` engines open it
+(``group=`` and, for netcdf4, ``auto_complex=`` as they take them). An HDF5 file is read with
+the library that wrote it, so the encoding is the one its writer reports (a file whose
+``_NCProperties`` names h5netcdf, or that has none, with h5netcdf; one written by
+netCDF-C, with netCDF4 when it is installed -- xarray's first engine for those). The
+store's raw (undecoded) variables give each
 source its dims, attributes and encoding (``chunksizes``, ``zlib``, ``complevel``, ``shuffle``,
 ``contiguous``, ``fletcher32``, ``source``, ...): CF decoding happens above, in xarray's coders.
 Each data variable becomes a source reading one chunk region at a time through the store's
@@ -20,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceError
-from .base import DEFAULT_OPTIONS, ChunkIndex, SourceOptions, SyncChunkSource, normalize_chunks
+from .base import (
+    DEFAULT_OPTIONS,
+    ChunkIndex,
+    SourceOptions,
+    SyncChunkSource,
+    native_dtype,
+    normalize_chunks,
+)
 
 
 class NetCDFVariableSource(SyncChunkSource):
@@ -33,15 +45,19 @@ class NetCDFVariableSource(SyncChunkSource):
         chunks: Any = None,
         options: SourceOptions = DEFAULT_OPTIONS,
         store: Any = None,
+        group: str | None = None,
+        auto_complex: bool | None = None,
     ) -> None:
         self.path = path
         self.name = name
         self.engine = engine
+        self.group = group
+        self._auto_complex = auto_complex
         self._var = variable  # xarray's raw store variable (lazily indexed backend array)
         self._store = store  # the xarray store it came from (closed by close())
         self.shape = tuple(int(s) for s in variable.shape)
         self._store_dtype = np.dtype(variable.dtype)
-        self.dtype = self._store_dtype.newbyteorder("=")  # NetCDF3 is big-endian
+        self.dtype = native_dtype(self._store_dtype)  # NetCDF3 is big-endian
         self.dims = tuple(str(d) for d in variable.dims)
         native = variable.encoding.get("chunksizes")
         if chunks is None and native:
@@ -52,7 +68,8 @@ class NetCDFVariableSource(SyncChunkSource):
         self.fill_value = variable.attrs.get("_FillValue")
         self.options = options
         st = os.stat(path)
-        self.token = f"netcdf-{os.path.abspath(path)}:{name}@{st.st_mtime_ns}-{st.st_size}"
+        where = f"{group.strip('/')}/{name}" if group else name
+        self.token = f"netcdf-{os.path.abspath(path)}:{where}@{st.st_mtime_ns}-{st.st_size}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -61,7 +78,7 @@ class NetCDFVariableSource(SyncChunkSource):
 
     def _variable(self) -> Any:
         if self._var is None:
-            self._store = open_store(self.path, self.engine)
+            self._store = open_store(self.path, self.engine, self.group, self._auto_complex)
             self._var = self._store.get_variables()[self.name]
         return self._var
 
@@ -90,8 +107,28 @@ def _magic(path: str) -> bytes:
     return magic
 
 
+def _hdf5_engine(path: str) -> str:
+    """``"netcdf4"`` for a file netCDF-C wrote (when netCDF4 is installed), else ``"h5netcdf"``."""
+    try:
+        import netCDF4  # noqa: F401
+    except ImportError:
+        return "h5netcdf"
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            props = f.attrs.get("_NCProperties")
+    except OSError:
+        return "h5netcdf"  # let the store say what is wrong
+    if isinstance(props, bytes):
+        props = props.decode("utf-8", "replace")
+    writers = {part.split("=", 1)[0].strip() for part in props.split(",")} if isinstance(props, str) else set()
+    return "netcdf4" if "netcdf" in writers else "h5netcdf"
+
+
 def engine_for(path: str) -> str:
-    """``"scipy"`` for NetCDF3 (plain or gzipped), ``"h5netcdf"`` for NetCDF4/HDF5."""
+    """``"scipy"`` for NetCDF3 (plain or gzipped), ``"netcdf4"`` or ``"h5netcdf"`` for
+    NetCDF4/HDF5 (the library that wrote it, see the module's docstring)."""
     magic = _magic(path)
     if magic.startswith((b"CDF", b"gz:CDF")):
         if magic.startswith(b"gz:") and not path.endswith(".gz"):
@@ -101,7 +138,7 @@ def engine_for(path: str) -> str:
             )
         return "scipy"
     if magic.startswith(b"\x89HDF"):
-        return "h5netcdf"
+        return _hdf5_engine(path)
     if magic.startswith(b"gz:"):
         raise SourceError(
             f"{path} is gzipped, but what is inside is not NetCDF3 (magic 'CDF'): "
@@ -113,22 +150,50 @@ def engine_for(path: str) -> str:
     )
 
 
-def open_store(path: str, engine: str) -> Any:
-    """xarray's own backend store for ``path``, opened as xarray's engine opens it."""
+def open_store(path: str, engine: str, group: str | None = None, auto_complex: bool | None = None) -> Any:
+    """xarray's own backend store for ``path`` (its ``group``), opened as xarray's engine
+    opens it."""
     if engine == "scipy":
+        if group:
+            raise SourceError(f"group={group!r}: {path} is NetCDF3, which has no groups")
         from xarray.backends.scipy_ import ScipyDataStore
 
         return ScipyDataStore(path, mode="r")
+    if engine == "netcdf4":
+        from xarray.backends.netCDF4_ import NetCDF4DataStore
+
+        return NetCDF4DataStore.open(path, mode="r", group=group, auto_complex=auto_complex)
     from xarray.backends.h5netcdf_ import H5NetCDFStore
 
     # phony_dims="access" is what xarray's h5netcdf engine uses when none is given
-    return H5NetCDFStore.open(path, mode="r", phony_dims="access", decode_vlen_strings=True)
+    return H5NetCDFStore.open(path, mode="r", group=group, phony_dims="access", decode_vlen_strings=True)
+
+
+def group_paths(path: str | os.PathLike[str]) -> list[str]:
+    """Every group of a NetCDF/HDF5 file, the root first (``"/"``, ``"/a"``, ``"/a/b"``...),
+    as xarray's netCDF engines walk them for ``open_datatree``."""
+    from xarray.backends.common import _iter_nc_groups
+
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    engine = engine_for(path)
+    if engine == "scipy":
+        return ["/"]
+    store = open_store(path, engine)
+    try:
+        return list(_iter_nc_groups(store.ds))
+    finally:
+        store.close()
 
 
 def open_netcdf(
-    path: str | os.PathLike[str], chunks: Any = None, options: SourceOptions = DEFAULT_OPTIONS
+    path: str | os.PathLike[str],
+    chunks: Any = None,
+    options: SourceOptions = DEFAULT_OPTIONS,
+    group: str | None = None,
+    auto_complex: bool | None = None,
 ) -> tuple[dict, dict, dict, dict]:
-    """Sources for the data variables of a NetCDF file: (sources, coords, attrs, encoding).
+    """Sources for the data variables of a NetCDF file (of its ``group``): (sources, coords,
+    attrs, encoding).
 
     Coordinates (variables named after their dimension) and scalars are read eagerly, as
     ``(dims, values, attrs, encoding, dtype)`` of xarray's raw store variable.
@@ -136,11 +201,14 @@ def open_netcdf(
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))  # as xarray normalizes it
     engine = engine_for(path)
     try:
-        store = open_store(path, engine)
+        store = open_store(path, engine, group, auto_complex)
         variables, attrs = store.load()
         encoding = store.get_encoding()
+    except SourceError:
+        raise
     except Exception as exc:  # noqa: BLE001
-        raise SourceError(f"cannot open {path} with xarray's {engine} engine: {exc}") from exc
+        where = f" (group {group!r})" if group else ""
+        raise SourceError(f"cannot open {path}{where} with xarray's {engine} engine: {exc}") from exc
     sources = {}
     coords = {}
     for name, var in variables.items():
@@ -148,5 +216,7 @@ def open_netcdf(
             values = np.asarray(var.values)
             coords[name] = (var.dims, values, dict(var.attrs), dict(var.encoding), var.dtype)
         else:
-            sources[name] = NetCDFVariableSource(path, name, var, engine, chunks, options, store)
+            sources[name] = NetCDFVariableSource(
+                path, name, var, engine, chunks, options, store, group, auto_complex
+            )
     return sources, coords, dict(attrs), dict(encoding)

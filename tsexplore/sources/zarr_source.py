@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
-from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions
+from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
 from .bytes import ByteRange, ByteStore, LocalFiles
 from .codecs import chain_from_zarr
 from .parts import reader_for
@@ -43,17 +43,16 @@ from .remote import (
     get_async_fs,
 )
 from .sharding import ShardReader, layout_from_zarr
-from .zarr_meta import absent_fill, group_attrs, variable_meta
+from .zarr_meta import (
+    STORE_PROTOCOLS,
+    absent_fill,
+    group_attrs,
+    is_remote,
+    open_node,
+    variable_meta,
+)
 
-__all__ = ["ZarrSource", "close_async_fs", "open_zarr_group"]
-
-
-#: URL protocols read through zarr's ``FsspecStore`` (keys are not paths under a root)
-STORE_PROTOCOLS = ("reference",)
-
-
-def _is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
+__all__ = ["STORE_PROTOCOLS", "ZarrSource", "close_async_fs", "open_node", "open_zarr_group"]
 
 
 class ZarrSource(ChunkSource):
@@ -76,7 +75,7 @@ class ZarrSource(ChunkSource):
         self.name = name
         self.path = array.path
         self.shape = tuple(int(s) for s in array.shape)
-        self.dtype = np.dtype(array.dtype).newbyteorder("=")  # chunks are decoded to native
+        self.dtype = native_dtype(array.dtype)  # chunks are decoded to native
         described = variable_meta(array, name)
         self.dims = described.dims if dims is None else tuple(dims)
         self.attrs = described.attrs
@@ -102,7 +101,7 @@ class ZarrSource(ChunkSource):
             self.coalesces = True
             self.max_batch = self._shards.max_batch
         self.is_async = not self._bytes.sync
-        self.remote = _is_remote(self.root) and store is None
+        self.remote = is_remote(self.root) and store is None
         self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
         self._fallback: Any = None
         self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
@@ -347,46 +346,6 @@ def _on_zarr_loop(coro: Any) -> Any:
     return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
-def open_node(obj: Any, storage_options: dict[str, Any] | None) -> tuple[Any, str, Any]:
-    """(zarr node, root name, store object or None) for a path/URL, a zarr ``Store``, a
-    ``zarr.Group`` or a ``zarr.Array``. Zarr v3 is asked first (one ``zarr.json``), v2 only
-    when that fails: a remote store pays a round trip per metadata key tried."""
-    import zarr
-    from zarr.abc.store import Store
-
-    if isinstance(obj, (zarr.Array, zarr.Group)):
-        return obj, f"<{type(obj.store).__name__}>", obj.store
-    if isinstance(obj, Store):
-        try:
-            node = zarr.open(store=obj, mode="r")
-        except Exception as exc:  # noqa: BLE001
-            raise SourceError(f"cannot open the {type(obj).__name__} as Zarr: {type(exc).__name__}: {exc}") from exc
-        return node, f"<{type(obj).__name__}>", obj
-    root = str(obj)
-    if root.startswith("file://"):
-        root = root[len("file://") :]
-    if root.split("://", 1)[0] in STORE_PROTOCOLS:  # e.g. kerchunk references: through zarr's store
-        from zarr.storage import FsspecStore
-
-        try:
-            store = FsspecStore.from_url(root, storage_options=storage_options, read_only=True)
-        except Exception as exc:  # noqa: BLE001
-            raise SourceError(f"cannot open {obj!r}: {type(exc).__name__}: {exc}") from exc
-        node, _, _ = open_node(store, None)
-        return node, root, store
-    so = storage_options or None
-    try:
-        try:  # (zarr.open reads zarr.json twice for a group: once as an array)
-            node = zarr.open_group(store=root, mode="r", storage_options=so, zarr_format=3)
-        except Exception:  # noqa: BLE001 - not a v3 group (or not there): let zarr look
-            node = zarr.open(store=root, mode="r", storage_options=so)
-    except FileNotFoundError as exc:
-        raise SourceError(f"no Zarr store at {obj!r}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001
-        raise SourceError(f"cannot open {obj!r} as Zarr: {type(exc).__name__}: {exc}") from exc
-    return node, root, None
-
-
 def open_zarr_group(
     url: Any,
     storage_options: dict[str, Any] | None = None,
@@ -413,7 +372,8 @@ def open_zarr_group(
         arrays = {n: a for n, a in node.arrays()}
         attrs = group_attrs(node)
         base = root
-    if not arrays:
+    if not arrays and (is_remote(root) or store is not None) and not isinstance(node, zarr.Array) \
+            and not any(True for _ in node.groups()):
         raise SourceError(
             f"the Zarr group at {url!r} lists no arrays. Remote stores cannot be listed, so "
             "they need consolidated metadata: run zarr.consolidate_metadata(store) once"
