@@ -12,6 +12,7 @@ import pytest
 os.environ.setdefault("TSEXPLORE_SAMPLE_SIZE", "small")
 
 import tsexplore as tse  # noqa: E402
+from tsexplore.testing.artifacts import clear_parts, merge_parts  # noqa: E402
 
 
 def _find_shared_data() -> Path:
@@ -33,6 +34,20 @@ FIXTURE_MARKS = {"moto_s3": "s3", "run_notebook": "notebook"}
 FILE_MARKS = {"test_compute_distributed.py": "cluster"}
 #: on one pytest-xdist worker, one after the other: each starts a kernel or a browser
 SERIAL = {"notebook", "browser"}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        clear_parts(session.config.rootpath)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Add up what the suites' counts were in each pytest-xdist worker (tests/parity,
+    tests/peer: ``tsexplore.testing.artifacts``)."""
+    if not hasattr(session.config, "workerinput"):
+        for path in merge_parts(session.config.rootpath):
+            print(f"\ncounts of all workers written to {path}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,10 +7,11 @@ datasets and files compared per format and path go to ``test-artifacts/parity-co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from _parity import ABSENT, COUNTS, DIFFERED, FILES, PARTS, SELECTIONS, XARRAY_LAZY_DIVERGES
+
+from tsexplore.testing.artifacts import publish
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "parity-counts.json"
 
@@ -43,10 +44,8 @@ def _anything() -> bool:
 def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untyped-def]
     if not _anything():
         return
-    report = _report()
-    report["exitstatus"] = int(exitstatus)
-    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-    ARTIFACT.write_text(json.dumps(report, indent=1, sort_keys=True))
+    # under pytest-xdist each worker writes its part; tests/conftest.py adds them up
+    publish(session.config, ARTIFACT.name, _report())
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

@@ -13,16 +13,14 @@ ship whole), the skips of the tests xarray's own engine does not pass here, and 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from _classes import own_outcomes
 from xarray.tests.conftest import *  # noqa: F403 - xarray's fixtures (time_unit, ...)
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
+from tsexplore.testing.artifacts import publish
+
 MARKERS = (
     "xdist_group(name): pytest-xdist's (--dist loadgroup keeps a group on one worker)",
     "skip_if_param(**params, reason, condition=True): xarray's: skip the matching parametrization",
@@ -91,7 +89,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not COUNTS or hasattr(session.config, "workerinput"):  # xdist: the controller writes
+    """Per class counts; under pytest-xdist each worker writes its part (tests/conftest.py
+    adds them up: the controller never loads this conftest)."""
+    if not COUNTS:
         return
     for suite in ("tsexplore", "own"):
         per = {k.split(":", 1)[1]: dict(v) for k, v in sorted(COUNTS.items()) if k.startswith(suite)}
@@ -100,8 +100,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for c in per.values():
             c["run"] = c.get("passed", 0) + c.get("failed", 0) + c.get("errors", 0)
         name = "peer-counts.json" if suite == "tsexplore" else "peer-counts-own.json"
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / name).write_text(json.dumps(per, indent=1, sort_keys=True))
+        publish(session.config, name, per)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
