@@ -273,7 +273,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
 
         print(f"colormap checked after {time.monotonic() - t0:.1f} s")
         # wheel zoom, then drag: the kernel reads exactly the region on screen
-        canvas = page.locator(".tse-canvas canvas").first
+        canvas = page.locator(".tse-canvas canvas.tse-canvas-plot").first
         box = canvas.bounding_box()
         left, top = box["x"] + 58, box["y"] + 24
         gen = state["last"]["gen"]

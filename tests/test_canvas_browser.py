@@ -132,7 +132,7 @@ def test_canvas_in_jupyterlab(browser_ready, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "canvas_first.png"))
 
         # drag: the picture moves at once and the kernel gets the region on screen
-        box = page.locator(".tse-canvas canvas").bounding_box()
+        box = page.locator(".tse-canvas canvas.tse-canvas-plot").bounding_box()
         left, top = box["x"] + 58, box["y"] + 24
         page.mouse.move(left + 80, top + 60)
         page.mouse.down()
