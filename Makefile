@@ -56,7 +56,7 @@ lint: $(VENV)/.installed-test
 	$(PY) -m mypy tsexplore
 
 lock: | $(UV)
-	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS) $(FIND_LINKS) --python-version 3.11 -q -o $(LOCK)
+	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS) $(FIND_LINKS) -p $(PYTHON) -q -o $(LOCK)
 
 clean:
 	rm -rf $(VENV) $(UV_VENV) .pytest_cache .hypothesis

@@ -310,6 +310,11 @@ def histogram_range(data: np.ndarray, clim: Range) -> Range:
         hi = max(hi, dmax)
     if not hi > lo:
         hi = lo + 1.0
+    # HIST_BINS distinct edges even in float32 (NumPy makes a float32 frame's edges float32):
+    # a near-constant frame's range (robust_range widens it by 1e-6) is widened to that
+    least = 4.0 * HIST_BINS * float(np.spacing(np.float32(max(abs(lo), abs(hi)))))
+    if hi - lo < least:
+        hi = lo + least
     return (lo, hi)
 
 
