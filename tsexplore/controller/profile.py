@@ -42,10 +42,28 @@ def _profile_plan(
 ) -> tuple[tuple[Any, ...], SelectionPlan]:
     if dim not in geom.dims:
         raise ConfigError(f"profile dim {dim!r} is not one of {geom.dims}")
+    return along_plan(geom, point, dim)
+
+
+def along_plan(
+    geom: PlaneGeometry,
+    point: Mapping[str, int],
+    dim: str,
+    *,
+    whole: tuple[Any, ...] = (),
+    region: tuple[tuple[int, int], tuple[int, int]] | None = None,
+) -> tuple[tuple[Any, ...], SelectionPlan]:
+    """The source key and plan of all of ``dim`` through ``point`` (indices of the other
+    dims): the dims in ``whole`` are taken whole too, and with ``region`` ((y0, y1), (x0, x1))
+    the plane's y and x are that range instead of a point (a profile is a 1x1 region)."""
     key: list[Any] = []
     for axis, d in enumerate(geom.dims):
-        if d == dim:
+        if d == dim or d in whole:
             key.append(slice(None))
+        elif region is not None and d == geom.ydim:
+            key.append(slice(*region[0]))
+        elif region is not None and d == geom.xdim:
+            key.append(slice(*region[1]))
         else:
             i = int(point.get(d, 0))
             if not 0 <= i < geom.shape[axis]:

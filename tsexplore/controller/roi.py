@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..engine import Engine
-from ..engine.planning import SelectionPlan, plan_selection, take_piece
+from ..engine.planning import SelectionPlan, take_piece
 from ..errors import ConfigError, TsExploreError
 from ..sources.base import ChunkSource
 from .planning import PlaneGeometry
+from .profile import along_plan
 
 Region = tuple[tuple[int, int], tuple[int, int]]  # (y0, y1), (x0, x1): half-open indices
 
@@ -66,25 +67,7 @@ def roi_plan(geom: PlaneGeometry, point: Mapping[str, int], dim: str,
     """The source key of the region along ``dim`` (every channel) and its plan."""
     if dim not in geom.slider_dims:
         raise ConfigError(f"statistics go along a slider dim, one of {geom.slider_dims}; got {dim!r}")
-    (y0, y1), (x0, x1) = region
-    key: list[Any] = []
-    for axis, d in enumerate(geom.dims):
-        if d == dim or d == geom.channel:
-            key.append(slice(None))
-        elif d == geom.ydim:
-            key.append(slice(y0, y1))
-        elif d == geom.xdim:
-            key.append(slice(x0, x1))
-        else:
-            i = int(point.get(d, 0))
-            if not 0 <= i < geom.shape[axis]:
-                raise ConfigError(f"index {i} of {d!r} is outside 0..{geom.shape[axis] - 1}")
-            key.append(i)
-    source_key = geom.source_key(tuple(key))
-    shape, chunks = geom.shape, geom.chunks
-    if geom.selection is not None:
-        shape, chunks = geom.selection.source.shape, geom.selection.source.chunks
-    return source_key, plan_selection(source_key, shape, chunks)
+    return along_plan(geom, point, dim, whole=(geom.channel,), region=region)
 
 
 def _source_axis(geom: PlaneGeometry, dim: str) -> int:
