@@ -16,6 +16,7 @@ engine reads inside its tasks made the way a dask graph reads (:class:`DecodedTa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -216,4 +217,8 @@ class EngineDaskManager(DaskManager):
         )
 
 
-ENGINE_DASK = EngineDaskManager()
+@functools.cache
+def engine_dask() -> EngineDaskManager:
+    """The one :class:`EngineDaskManager` (made on first use: making it imports dask.array,
+    seconds that opening a dataset without ``chunks=`` never needs)."""
+    return EngineDaskManager()

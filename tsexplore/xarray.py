@@ -17,7 +17,7 @@ from xarray.backends import BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
 
 from . import config
-from .backend import ENGINE_DASK, EngineStore, numpy_layers
+from .backend import EngineStore, engine_dask, numpy_layers
 from .engine import get_engine
 from .errors import ConfigError, TsExploreDeprecationWarning
 from .resolve import sources_of  # noqa: F401 - kept importable from here
@@ -152,7 +152,7 @@ def _open(opener: Any, source: Any, cache_bytes: Any, prefetch: Any, missing: st
         engine=TsExploreBackendEntrypoint,
         chunks=chunks,
         cache=False,  # the engine's cache holds chunks (within its budget), not each variable
-        chunked_array_type=ENGINE_DASK if chunks is not None else None,  # type: ignore[arg-type]
+        chunked_array_type=engine_dask() if chunks is not None else None,  # type: ignore[arg-type]
         decode_cf=decode_cf,
         missing=missing,
         prefetch=prefetch,
