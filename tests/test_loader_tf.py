@@ -10,10 +10,19 @@ import pytest
 import tsexplore as tse
 from tsexplore.errors import MissingDependencyError
 
-tf = pytest.importorskip("tensorflow")
+
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported by the tests that use it (not at collection: importing it costs
+    every pytest-xdist worker ~17 s of CPU); those tests share one worker's group."""
+    return pytest.importorskip("tensorflow")
 
 
-def test_tf_dataset_with_prefetch_yields_the_numpy_windows(small_cube):
+uses_tf = pytest.mark.xdist_group("tf")
+
+
+@uses_tf
+def test_tf_dataset_with_prefetch_yields_the_numpy_windows(small_cube, tf):
     ds = tse.open_dataset(small_cube)
     kw = dict(sample={"time": 4, "y": 32, "x": 32}, batch_size=12, seed=7, return_index=True)
     expected = [(tuple(i), x) for b in tse.batches(ds["temp"], **kw) for i, x in zip(b["index"].tolist(), b["temp"])]
@@ -31,7 +40,8 @@ def test_tf_dataset_with_prefetch_yields_the_numpy_windows(small_cube):
 
 
 @pytest.mark.filterwarnings("ignore:`shuffle=True` was passed:UserWarning")
-def test_tf_single_array_drop_last_signature_and_fit(small_cube):
+@uses_tf
+def test_tf_single_array_drop_last_signature_and_fit(small_cube, tf):
     ds = tse.open_dataset(small_cube)
     b = tse.batches(ds["temp"], sample={"time": 1, "y": 16, "x": 16}, batch_size=32, drop_last=True, squeeze=True)
     tfds = b.tf()
