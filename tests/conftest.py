@@ -36,6 +36,14 @@ FILE_MARKS = {"test_compute_distributed.py": "cluster"}
 SERIAL = {"notebook", "browser"}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The quick set (plain ``pytest``) draws 5 generated examples per parity format; a run of
+    every test (``-m ""``: ``make test``) the suite's full 30. ``TSEXPLORE_PARITY_EXAMPLES``
+    set by hand wins."""
+    full = not config.option.markexpr
+    os.environ.setdefault("TSEXPLORE_PARITY_EXAMPLES", "30" if full else "5")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):
         clear_parts(session.config.rootpath)

@@ -192,6 +192,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     from tsexplore.controller import robust_range, to_uint8
     from tsexplore.testing.lab import (
         CANVAS_STATE,
+        STREAM_TEXT,
         canvas_colours,
         chromium,
         execute,
@@ -227,6 +228,11 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         page.goto(f"{url}/lab/tree/01_explore.ipynb?token={token}")
         run_all_cells(page, timeout_ms=240_000)
         print(f"all cells ran after {time.monotonic() - t0:.1f} s")
+        # what the tutorial prints (this test is the one run of notebook 01 top to bottom):
+        # the petabyte array's size, the StatsPanel's ticks, the composite's channels
+        text = page.evaluate(STREAM_TEXT)
+        assert "PB," in text and "ticks" in text, text[-2000:]
+        assert "channels ['DAPI', 'GFP', 'RFP']" in text, text[-2000:]
 
         # the scrub cell left the cube at time=7: the canvas shows truth[7] in viridis
         page.locator(".tse-canvas").first.scroll_into_view_if_needed()

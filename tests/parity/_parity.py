@@ -50,8 +50,9 @@ from hypothesis import strategies as st
 
 import tsexplore as tse
 
-#: ``TSEXPLORE_PARITY_EXAMPLES`` (default 30) bounds the generated examples per format, so the
-#: suite stays within a few minutes on two busy cores; examples are derandomized (the same on
+#: ``TSEXPLORE_PARITY_EXAMPLES`` bounds the generated examples per format (30 when every test
+#: runs, ``make test``; 5 in plain ``pytest``'s quick set: tests/conftest.py), so the suite
+#: stays within a few minutes on two busy cores; examples are derandomized (the same on
 #: every run) unless ``TSEXPLORE_PARITY_RANDOM=1``. Applied per test, never loaded globally.
 SETTINGS = settings(
     max_examples=int(os.environ.get("TSEXPLORE_PARITY_EXAMPLES", "30")),

@@ -37,6 +37,14 @@ ALL_RAN = """() => {
 }"""
 ERRORS = """() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
   .map(e => e.innerText).filter(t => /Error|Traceback/.test(t))"""
+# the text the open notebook's cells printed (stream outputs), from the notebook's model
+STREAM_TEXT = """() => window.jupyterapp.shell.currentWidget.content.widgets
+  .filter(c => c.model.type === 'code')
+  .flatMap(c => { const o = c.model.outputs, got = [];
+    for (let i = 0; i < o.length; i++) { const j = o.get(i).toJSON();
+      if (j.output_type === 'stream') got.push([].concat(j.text).join('')); }
+    return got; })
+  .join('\\n')"""
 TITLES = """() => [...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models])
   .filter(m => m.type === 'Title').map(m => m.text)"""
 
