@@ -44,6 +44,19 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("TSEXPLORE_PARITY_EXAMPLES", "30" if full else "5")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/peer`` (xarray's own test modules, ~14 s to import) is not even imported when
+    the ``-m`` expression leaves its tests out (plain ``pytest``'s quick set)."""
+    if collection_path.name == "peer" and collection_path.parent.name == "tests":
+        from _pytest.mark.expression import Expression  # pytest's own -m evaluator
+
+        if config.option.markexpr and not Expression.compile(config.option.markexpr).evaluate(
+            lambda name, **kwargs: name == "peer"
+        ):
+            return True
+    return None
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):
         clear_parts(session.config.rootpath)

@@ -105,6 +105,7 @@ def test_temporary_stores_go_away_on_error(small_cube: Path, tmp_path: Path, err
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_default_search_measures_shapes_codecs_and_shards(small_cube: Path) -> None:
     advice = tse.advise(small_cube, "scrub", repeats=1, max_run_seconds=0.05, progress=False)
     rounds = {r.round for r in advice.rows}

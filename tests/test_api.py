@@ -318,6 +318,7 @@ def test_missing_dependency_names_the_extra() -> None:
 # -- import hygiene and layering -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_does_not_pull_heavy_stacks() -> None:
     code = (
         "import json, sys; import tsexplore, tsexplore.engine, tsexplore.sources, tsexplore.xarray, tsexplore.pyramid;"

@@ -86,6 +86,7 @@ def _data(shape, dtype, seed, smooth) -> np.ndarray:  # type: ignore[no-untyped-
     return raw.astype(dtype).reshape(shape)
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(c=case())
 def test_partial_decoding_equals_whole_chunk_decoding(c) -> None:  # type: ignore[no-untyped-def]

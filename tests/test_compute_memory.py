@@ -38,6 +38,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["mean", "std"])
 def test_peak_rss_within_budget_plus_300mb(tmp_path, op):
     budget = 32 * 2**20

@@ -689,6 +689,7 @@ print(json.dumps({"reads_at_open": reads_at_open, "reads": reads, "rss": rss1 - 
 """
 
 
+@pytest.mark.slow
 def test_opening_a_petabyte_array_reads_nothing_and_stays_small() -> None:
     env = {**os.environ, "TSEXPLORE_SAMPLE_SIZE": "small"}
     out = subprocess.run(

@@ -114,6 +114,7 @@ print(json.dumps({"outcome": outcome, "growth": peak - base, "peak": peak}))
 """
 
 
+@pytest.mark.slow
 def test_zstd_bomb_is_refused_before_allocating(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     make_store(path, "zstd")
@@ -154,6 +155,7 @@ print(json.dumps({"outcome": outcome, "first": float(first.sum())}))
 """
 
 
+@pytest.mark.slow
 def test_npy_truncated_while_open_raises_and_the_process_survives(tmp_path: Path) -> None:
     path = tmp_path / "arr.npy"
     values = np.arange(100 * 100, dtype="float64").reshape(100, 100)

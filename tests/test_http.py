@@ -173,6 +173,7 @@ def test_403_is_not_retried(remote: Remote) -> None:
     assert tse.stats().retries == 0
 
 
+@pytest.mark.slow
 def test_stall_raises_read_timeout_within_its_bound(remote: Remote) -> None:
     """Every attempt stalls: (retries + 1) x http_timeout plus the backoff, then an error."""
     tse.config.set(http_timeout=1, retries=1, retry_backoff=0.01)
@@ -187,6 +188,7 @@ def test_stall_raises_read_timeout_within_its_bound(remote: Remote) -> None:
     assert tse.stats().retries == 1
 
 
+@pytest.mark.slow
 def test_one_stall_is_retried(remote: Remote, store: tuple[Path, np.ndarray]) -> None:
     tse.config.set(http_timeout=1, retry_backoff=0.01)
     ds = remote.open()

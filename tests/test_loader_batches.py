@@ -206,6 +206,7 @@ def test_shuffle_quality_is_reported(small_cube):
     assert abs(q["plan"]) < 0.2 and q["storage_order"] > 0.3
 
 
+@pytest.mark.slow
 def test_batches_import_neither_torch_nor_tensorflow(small_cube):
     code = (
         "import sys, tsexplore as tse\n"

@@ -21,6 +21,7 @@ def tf():
 uses_tf = pytest.mark.xdist_group("tf")
 
 
+@pytest.mark.slow
 @uses_tf
 def test_tf_dataset_with_prefetch_yields_the_numpy_windows(small_cube, tf):
     ds = tse.open_dataset(small_cube)
@@ -39,6 +40,7 @@ def test_tf_dataset_with_prefetch_yields_the_numpy_windows(small_cube, tf):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`shuffle=True` was passed:UserWarning")
 @uses_tf
 def test_tf_single_array_drop_last_signature_and_fit(small_cube, tf):

@@ -59,6 +59,7 @@ def test_in_process_iteration_matches_the_numpy_order(small_cube, truth):
     assert starts == numpy_order
 
 
+@pytest.mark.slow
 def test_spawned_worker_recreates_its_engine(small_cube, truth):
     ds = tse.open_dataset(small_cube)
     b = tse.batches(ds["temp"], sample={"time": 8, "y": 64, "x": 64}, batch_size=4, return_index=True)
@@ -74,6 +75,7 @@ def test_spawned_worker_recreates_its_engine(small_cube, truth):
     assert sorted(starts) == sorted({(t, y, x) for t in (0, 8, 16, 24) for y in (0, 64) for x in (0, 64)})
 
 
+@pytest.mark.slow
 def test_tiny_training_loop(small_cube):
     ds = tse.open_dataset(small_cube)
     b = tse.batches(ds["temp"], sample={"time": 1, "y": 32, "x": 32}, batch_size=16, squeeze=True)

@@ -18,6 +18,7 @@ def cube_ds(small_cube):
     return xr.open_zarr(small_cube).load()  # xarray's own reading: the ground truth
 
 
+@pytest.mark.slow
 def test_levels_are_xarray_block_means(small_cube, cube_ds, tmp_path):
     # a tiny memory budget: many blocks per level, so block edges are exercised
     out = tse.pyramid(small_cube, tmp_path / "p.zarr", levels=4, chunks={"time": 8, "y": 16, "x": 16},
