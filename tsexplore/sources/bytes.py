@@ -184,9 +184,6 @@ class ByteStore:
         """``"missing"``, ``"retry"`` or ``"fatal"`` for a failed request."""
         return classify_error(exc)
 
-    async def aclose(self) -> None:
-        """Close sessions opened on the running loop."""
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
 

@@ -291,8 +291,7 @@ class ShardReader:
             jobs = [present]
             done = [await loop.run_in_executor(None, contextvars.copy_context().run, read_decode)]
         else:  # fetched together; decoded in jobs of DECODE_JOB bytes on the read threads
-            bufs = await asyncio.gather(*(self.store.get(key, r) for r in ranges))
-            pieces = self._pieces(shard, spans, runs, list(bufs))
+            pieces = self._pieces(shard, spans, runs, await self.store.get_ranges(key, ranges))
             step = max(1, DECODE_JOB // max(1, self.source.chunk_nbytes()))
             jobs = [present[i : i + step] for i in range(0, len(present), step)]
             done = await asyncio.gather(*(
