@@ -125,6 +125,8 @@ class ReadPipeline:
         if key.part is not None or self.cache.encoded_entries:
             parts = source.partial_reader()
         if key.part is STORED:
+            if self.cache.has_encoded(key):  # a part read kept the whole frame meanwhile
+                return PartRead(None, 0, 0)  # type: ignore[arg-type]
             frame = await parts.read_stored(key.index)
             return PartRead(frame, frame.nbytes, 0, stored=frame)
         frame = None if parts is None else self._frame(key)
