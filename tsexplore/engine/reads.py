@@ -342,29 +342,22 @@ class ReadTable:
             self._groups.pop(gkey, None)
         return batch
 
-    def finish(self, read: Read) -> None:
-        """A running read ended: free its slot and forget it."""
+    def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
+        """A running read ended: free its slot (a companion has none), forget it, and hand
+        its waiters ``result`` or ``exc`` (from any thread; a future the closing engine
+        already failed stays failed)."""
         kind = read.kind
         with self.lock:
-            if read.companion:  # rode in another read's batch: no slot to free
-                if self._reads.get(read.key) is read:
-                    del self._reads[read.key]
-                read.state = "done"
-                return
-            self.running[kind] -= 1
-            self.load[kind] = max(0.0, self.load[kind] - read.cost)
-            if read.speculative_slot:
-                self.spec_running[kind] -= 1
-                self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
-                read.speculative_slot = False
+            if not read.companion:
+                self.running[kind] -= 1
+                self.load[kind] = max(0.0, self.load[kind] - read.cost)
+                if read.speculative_slot:
+                    self.spec_running[kind] -= 1
+                    self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
+                    read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
             read.state = "done"
-
-    def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
-        """:meth:`finish` ``read`` and hand its waiters ``result`` or ``exc`` (from any thread;
-        a future the closing engine already failed stays failed)."""
-        self.finish(read)
         try:
             if exc is not None:
                 read.future.set_exception(exc)
