@@ -19,7 +19,8 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
 import tsexplore as tse
-from tsexplore.engine import get_engine, set_cache_bytes
+from tsexplore.engine import ReadKey, get_engine, set_cache_bytes
+from tsexplore.engine.types import HEAD, STORED
 from tsexplore.errors import CorruptChunkError, MissingChunkError
 from tsexplore.sources._cblosc2 import item_decoder
 from tsexplore.sources.parts import Link
@@ -144,6 +145,8 @@ def test_the_encoded_tier_holds_frames_so_the_next_frame_reads_nothing(tmp_path:
     np.testing.assert_array_equal(da.isel(time=1).values, values[1])
     first = tse.stats()
     assert first.cache_encoded_entries == 6 and first.cache_encoded_bytes > 0
+    held = get_engine().cache.encoded_keys()  # the frames, each under its chunk's stored key
+    assert {k.part for k in held} == {STORED} and all(k == k.whole.stored for k in held)
     np.testing.assert_array_equal(da.isel(time=2).values, values[2])
     delta = tse.stats() - first
     assert delta.bytes_read == 0 and delta.encoded_hits == 6 and delta.part_reads == 6
@@ -165,6 +168,17 @@ def test_local_parts_keep_the_heads_not_the_frames(tmp_path: Path) -> None:
     delta = tse.stats() - heads
     assert delta.encoded_hits == 0 and 0 < delta.bytes_read < 6 * 4096  # blocks only
     assert tse.stats().cache_encoded_bytes < 6 * 1024  # six heads
+    assert {k.part for k in get_engine().cache.encoded_keys()} == {HEAD}
+
+
+def test_a_read_key_names_the_chunk_and_what_of_it() -> None:
+    whole = ReadKey("t", (1, 2))
+    box = ((0, 1), (0, 4))
+    part = whole._replace(part=box)
+    assert whole.part is None and whole.box is None and whole.whole is whole
+    assert part != whole and part.box == box and part.whole == whole
+    assert whole.stored.part is STORED and whole.stored.box is None and whole.stored != whole.head
+    assert {whole: 1}[("t", (1, 2), None)] == 1  # a tuple: hashed and compared as one
 
 
 def test_parts_and_frames_stay_within_the_budget_under_eight_threads(tmp_path: Path) -> None:

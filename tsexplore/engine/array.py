@@ -22,10 +22,10 @@ from ..sources import buffers
 from ..sources.base import ChunkSource
 from .blocking import wait_all
 from .loop import on_read_thread
-from .parts import Box, is_part, part_boxes, shift
+from .parts import is_part, part_boxes, shift
 from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .scheduler import Engine, get_engine
-from .types import Priority
+from .types import Part, Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -103,7 +103,7 @@ def assemble(
     items: list,
     dtype: np.dtype,
     timeout: float | None,
-    boxes: list[Box | None] | None = None,
+    boxes: list[Part] | None = None,
 ) -> np.ndarray:
     """Copy each chunk's piece into the output (cached arrays first, then reads as they end).
 
@@ -136,7 +136,7 @@ def output_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return buffers.empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
-def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool, box: Box | None) -> None:
+def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool, box: Part) -> None:
     target = tuple(p[2] for p in pieces)
     local = tuple(p[1] for p in pieces)
     if is_part(chunk, box):

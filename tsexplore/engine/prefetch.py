@@ -40,9 +40,9 @@ from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
 from .guesses import Guesses
 from .hints import ReadAheadMemory
-from .parts import STORED, part_boxes
+from .parts import part_boxes
 from .planning import SelectionPlan, normalize_key, plan_selection
-from .types import ChunkKey, Priority
+from .types import STORED, Part, Priority, ReadKey
 
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
 #: and a whole view's worth (or slab's) after one more
@@ -56,7 +56,7 @@ class PrefetchHost(Protocol):
 
     cache: ChunkCache
 
-    def key(self, source: ChunkSource, index: ChunkIndex) -> ChunkKey: ...
+    def key(self, source: ChunkSource, index: ChunkIndex) -> ReadKey: ...
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
 
@@ -72,7 +72,7 @@ class PrefetchHost(Protocol):
         *,
         channel: str | None = ...,
         generation: int | None = ...,
-        boxes: list[Any] | None = ...,
+        boxes: list[Part] | None = ...,
         skip_taken: bool = ...,
     ) -> list[Any]: ...
 
@@ -436,32 +436,28 @@ class Prefetcher:
         views: list[tuple[list, list]] | None,
         one_pass: bool,
         room: int,
-    ) -> tuple[list[ChunkKey], list[ChunkIndex], list[Any]]:
+    ) -> tuple[list[ReadKey], list[ChunkIndex], list[Part]]:
         """The guesses to make now: at most ``room``, none cached or already guessed."""
         engine, cache = self._engine, self._engine.cache
         token = source.token
         if views is None:
-            wanted: list[tuple[ChunkIndex, Any]] = [(t, None) for t in targets]
+            wanted: list[tuple[ChunkIndex, Part]] = [(t, None) for t in targets]
         else:  # the next views as parts; the slabs ahead only as stored bytes (remote)
             wanted = [pair for indices, boxes in views for pair in zip(indices, boxes)]
             if source.is_async:
-                wanted += [(t, STORED) for t in targets if not cache.has_encoded((token, t))]
-        named = [((token, tuple(i)) if b is None else (token, tuple(i), b), i, b) for i, b in wanted]
-        fresh = set(track.fresh([k for k, _, _ in named]))  # not guessed already (one lock)
-        keys: list[ChunkKey] = []
-        indices: list[ChunkIndex] = []
-        boxes: list[Any] = []
-        for key, index, box in named:
+                wanted += [(t, STORED) for t in targets if not cache.has_encoded(ReadKey(token, t, STORED))]
+        named = [ReadKey(token, tuple(i), part) for i, part in wanted]
+        fresh = set(track.fresh(named))  # not guessed already (one lock)
+        keys: list[ReadKey] = []
+        for key in named:
             if len(keys) >= room:
                 break
             if key not in fresh:
                 continue
-            whole = key[:2]
-            if whole in cache or (box is not None and key in cache):
+            whole = key.whole
+            if whole in cache or (key.part is not None and key in cache):
                 continue
             if one_pass and engine.hints.recently_consumed(whole):
                 continue
             keys.append(key)
-            indices.append(index)
-            boxes.append(box)
-        return keys, indices, boxes
+        return keys, [k.index for k in keys], [k.part for k in keys]

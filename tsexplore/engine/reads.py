@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkIndex, ChunkSource
-from .types import ChunkKey, Priority
+from .types import Priority, ReadKey
 
 KINDS = ("sync", "async")
 #: seconds the prefetch runs at full speed after a reader caught up with it
@@ -47,7 +47,7 @@ Owner = tuple[str, int]
 class Read:
     """One chunk read, queued or running, and who waits for it."""
 
-    key: ChunkKey
+    key: ReadKey
     source: ChunkSource
     index: ChunkIndex
     priority: Priority
@@ -97,7 +97,7 @@ class ReadTable:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._reads: dict[ChunkKey, Read] = {}
+        self._reads: dict[ReadKey, Read] = {}
         #: queued reads by kind, each a heap ordered by (priority, arrival)
         self._heaps: dict[str, list[tuple[int, int, Read]]] = {k: [] for k in KINDS}
         self._seq = itertools.count()
@@ -105,11 +105,11 @@ class ReadTable:
         #: queued reads by (source token, coalesce key), for batches
         self._groups: dict[tuple[str, Hashable], list[Read]] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
-        self.prefetched: set[ChunkKey] = set()
+        self.prefetched: set[ReadKey] = set()
         #: per source token, how many of its prefetched chunks a reader used
         self.used_by_token: dict[str, int] = {}
         #: chunks one-pass readers asked for lately (they will not ask again), oldest first
-        self.taken: collections.OrderedDict[ChunkKey, None] = collections.OrderedDict()
+        self.taken: collections.OrderedDict[ReadKey, None] = collections.OrderedDict()
         self.running = dict.fromkeys(KINDS, 0)
         self.spec_running = dict.fromkeys(KINDS, 0)
         #: read slots taken, per kind (a read takes ``Read.cost`` of one)
@@ -163,7 +163,7 @@ class ReadTable:
         read.state = "cancelled"
         del self._reads[read.key]
         if read.group is not None:
-            gkey = (read.key[0], read.group)
+            gkey = (read.key.token, read.group)
             members = [r for r in self._groups.get(gkey, ()) if r is not read]
             if members:
                 self._groups[gkey] = members
@@ -174,7 +174,7 @@ class ReadTable:
             read.future.set_exception(exc)
 
     # -- admitting requests ------------------------------------------------------------------
-    def note_taken(self, keys: Iterable[ChunkKey]) -> None:
+    def note_taken(self, keys: Iterable[ReadKey]) -> None:
         """One-pass readers asked for ``keys``: guesses of them are refused from now on (see
         :meth:`admit`; noted before the reader's cached chunks leave the cache)."""
         with self.lock:
@@ -188,14 +188,14 @@ class ReadTable:
     def admit(
         self,
         source: ChunkSource,
-        keys: list[ChunkKey],
+        keys: list[ReadKey],
         priority: Priority,
         owner: Owner | None,
         cache: bool,
         tally: Tally,
-        cached: Callable[[ChunkKey], Any] | None = None,
+        cached: Callable[[ReadKey], Any] | None = None,
         skip_taken: bool = False,
-    ) -> dict[ChunkKey, Any]:
+    ) -> dict[ReadKey, Any]:
         """The read of each key: joined when in flight, else queued anew.
 
         ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
@@ -206,14 +206,14 @@ class ReadTable:
         admission, so no guess re-reads a chunk a one-pass reader has had.
         """
         waiting = priority is not Priority.SPECULATIVE
-        reads: dict[ChunkKey, Any] = {}
+        reads: dict[ReadKey, Any] = {}
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
                 if read is not None and read.state in ("queued", "running"):
                     self._join_locked(read, key, priority, cache, tally)
                 else:
-                    if skip_taken and key[:2] in self.taken:
+                    if skip_taken and key.whole in self.taken:
                         continue
                     value = None if cached is None else cached(key)
                     if value is not None:
@@ -227,7 +227,7 @@ class ReadTable:
                 reads[key] = read
         return reads
 
-    def _join_locked(self, read: Read, key: ChunkKey, priority: Priority, cache: bool, tally: Tally) -> None:
+    def _join_locked(self, read: Read, key: ReadKey, priority: Priority, cache: bool, tally: Tally) -> None:
         if priority is not Priority.SPECULATIVE:  # (the prefetcher asking again changes nothing)
             if cache:
                 read.keep, read.prefetch_only = True, False
@@ -246,17 +246,17 @@ class ReadTable:
                 heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
 
     def _queue_locked(
-        self, source: ChunkSource, key: ChunkKey, priority: Priority, cache: bool, tally: Tally
+        self, source: ChunkSource, key: ReadKey, priority: Priority, cache: bool, tally: Tally
     ) -> Read:
-        read = Read(key, source, key[1], priority)
-        if len(key) == 3 and key[2] != "stored" and not source.is_async:
+        read = Read(key, source, key.index, priority)
+        if key.box is not None and not source.is_async:
             read.cost = PART_COST
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
-        if source.coalesces and len(key) == 2:  # whole chunks: parts and stored bytes run alone
+        if source.coalesces and key.part is None:  # whole chunks: parts, stored bytes run alone
             read.group = source.coalesce_key(read.index)
             if read.group is not None:
-                self._groups.setdefault((key[0], read.group), []).append(read)
+                self._groups.setdefault((key.token, read.group), []).append(read)
         self._reads[key] = read
         heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
         tally.new += 1
@@ -269,13 +269,13 @@ class ReadTable:
                 tally.speculative_reads += 1
         return read
 
-    def get(self, key: ChunkKey) -> Read | None:
+    def get(self, key: ReadKey) -> Read | None:
         """The read of ``key`` queued or running, or None."""
         with self.lock:
             read = self._reads.get(key)
             return read if read is not None and read.state in ("queued", "running") else None
 
-    def take_prefetched(self, key: ChunkKey) -> bool:
+    def take_prefetched(self, key: ReadKey) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
         if key not in self.prefetched:
             return False
@@ -286,8 +286,8 @@ class ReadTable:
             self._used_locked(key)
             return True
 
-    def _used_locked(self, key: ChunkKey) -> None:
-        token = key[0]
+    def _used_locked(self, key: ReadKey) -> None:
+        token = key.token
         self.used_by_token[token] = self.used_by_token.get(token, 0) + 1
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -321,7 +321,7 @@ class ReadTable:
         """``head`` and the queued reads of its group and priority that ride along."""
         if head.group is None:
             return [head]
-        gkey = (head.key[0], head.group)
+        gkey = (head.key.token, head.group)
         members = self._groups.get(gkey, ())
         batch = [head]
         room = max(1, head.source.max_batch) - 1
@@ -342,29 +342,22 @@ class ReadTable:
             self._groups.pop(gkey, None)
         return batch
 
-    def finish(self, read: Read) -> None:
-        """A running read ended: free its slot and forget it."""
+    def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
+        """A running read ended: free its slot (a companion has none), forget it, and hand
+        its waiters ``result`` or ``exc`` (from any thread; a future the closing engine
+        already failed stays failed)."""
         kind = read.kind
         with self.lock:
-            if read.companion:  # rode in another read's batch: no slot to free
-                if self._reads.get(read.key) is read:
-                    del self._reads[read.key]
-                read.state = "done"
-                return
-            self.running[kind] -= 1
-            self.load[kind] = max(0.0, self.load[kind] - read.cost)
-            if read.speculative_slot:
-                self.spec_running[kind] -= 1
-                self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
-                read.speculative_slot = False
+            if not read.companion:
+                self.running[kind] -= 1
+                self.load[kind] = max(0.0, self.load[kind] - read.cost)
+                if read.speculative_slot:
+                    self.spec_running[kind] -= 1
+                    self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
+                    read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
             read.state = "done"
-
-    def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
-        """:meth:`finish` ``read`` and hand its waiters ``result`` or ``exc`` (from any thread;
-        a future the closing engine already failed stays failed)."""
-        self.finish(read)
         try:
             if exc is not None:
                 read.future.set_exception(exc)
@@ -382,7 +375,7 @@ class ReadTable:
                     counts[read.priority.name.lower()] += 1
         return counts
 
-    def in_flight_keys(self) -> set[ChunkKey]:
+    def in_flight_keys(self) -> set[ReadKey]:
         with self.lock:
             return {k for k, r in self._reads.items() if r.state in ("queued", "running")}
 

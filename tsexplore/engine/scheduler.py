@@ -1,4 +1,4 @@
-"""The engine: the cache, the read table, the checked read, the I/O loop and the prefetcher.
+"""The engine: the cache, the read table, the read pipeline, the I/O loop and the prefetcher.
 
 Requests carry a :class:`Priority`. Reads of the same chunk are de-duplicated: a second
 request for a chunk in flight *joins* the first read. A request may name a ``channel`` (a
@@ -10,10 +10,11 @@ thread cannot be interrupted safely).
 Concurrency adapts to the measured latency of reads: blocking sources use the read threads
 (``io_threads`` at once), asynchronous (network) sources keep more reads in flight when each
 read takes longer, up to 128, and no more than about twice what the link carries (the
-measured bandwidth-delay product, :mod:`.link`). The parts live in their own modules: :mod:`.loop` (the event-loop
-bridge), :mod:`.reads` (the read table), :mod:`.checked` (the checked read), :mod:`.blocking`
-(``fetch``, ``stream``, ``wait_all``); the process-wide engine (:func:`get_engine`) is at the
-end of this module.
+measured bandwidth-delay product, :mod:`.link`). The parts live in their own modules: :mod:`.loop`
+(the event-loop bridge), :mod:`.reads` (the read table), :mod:`.pipeline` (the one read path:
+fetch, check, record); :meth:`Engine.fetch` and :meth:`Engine.stream` wait for reads from an
+ordinary thread (:func:`~.blocking.wait_all`, always with a timeout); the process-wide engine
+(:func:`get_engine`) is at the end of this module.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import concurrent.futures as cf
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,24 +33,24 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource, ReadServices, SyncChunkSource
+from ..sources.base import ChunkIndex, ChunkSource
 from .absent import AbsentChunks
-from .blocking import BlockingReads
+from .blocking import wait_all
 from .cache import ChunkCache
-from .checked import CheckedReader
 from .hints import ReadAheadMemory
-from .loop import IOLoop, apply_switch_interval
-from .parts import STORED, Box, PartReads
+from .lookahead import look_ahead
+from .loop import IOLoop, apply_switch_interval, on_read_thread
+from .pipeline import ReadPipeline
 from .prefetch import Prefetcher
 from .reads import CATCH_UP_SECONDS, KINDS, PART_COST, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
-from .types import ChunkKey, Priority
+from .types import Part, Priority, ReadKey
 
 #: parts of local chunks one read thread reads in a row (one read slot's worth)
 PART_BATCH = round(1 / PART_COST)
 
 
-class Engine(BlockingReads):
+class Engine:
     """Everything that moves chunks. One per process; see :func:`get_engine`."""
 
     def __init__(self, cache_bytes: int | None = None) -> None:
@@ -66,17 +67,14 @@ class Engine(BlockingReads):
         self._table = ReadTable()
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
-        self._reader = CheckedReader(
-            self.stats, self.absent, ReadServices(self.stats.count, self.cache.get, self.cache.put)
-        )
-        self._parts = PartReads(
-            self.cache, self._reader, self.stats, self._table,
-            following=lambda source: self.prefetcher.following(source),
-        )
         self._ev_seen = 0
         self._closed = False
         self._io_threads = settings.io_threads
         self._io = IOLoop(self._io_threads)
+        self._pipeline = ReadPipeline(
+            self.stats, self.absent, self.cache, self._table, self._io.run_coroutine,
+            following=lambda source: self.prefetcher.following(source),
+        )
         #: read-ahead hints, what one-pass readers took, what became of the guesses
         self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
@@ -113,8 +111,9 @@ class Engine(BlockingReads):
         self._io.check_blocking_allowed()
 
     # -- requests ----------------------------------------------------------------------------
-    def key(self, source: ChunkSource, index: ChunkIndex) -> ChunkKey:
-        return (source.token, tuple(int(i) for i in index))
+    def key(self, source: ChunkSource, index: ChunkIndex) -> ReadKey:
+        """The request (and cache key) of the whole chunk ``index`` of ``source``."""
+        return ReadKey(source.token, tuple(int(i) for i in index))
 
     def request(
         self,
@@ -125,7 +124,7 @@ class Engine(BlockingReads):
         channel: str | None = None,
         generation: int | None = None,
         cache: bool = True,
-        boxes: list[Box | None] | None = None,
+        boxes: list[Part] | None = None,
         skip_taken: bool = False,
     ) -> list[cf.Future]:
         """Ask for chunks; returns one future per index, resolved with the decoded chunk.
@@ -156,7 +155,7 @@ class Engine(BlockingReads):
         channel: str | None = None,
         generation: int | None = None,
         cache: bool = True,
-        boxes: list[Box | None] | None = None,
+        boxes: list[Part] | None = None,
         skip_taken: bool = False,
     ) -> list[np.ndarray | cf.Future]:
         """Like :meth:`request`, but cached chunks come back as arrays (the fast path).
@@ -175,7 +174,7 @@ class Engine(BlockingReads):
         """
         self._check_open()
         token = source.token
-        keys = [(token, tuple(index)) for index in indices]
+        keys = [ReadKey(token, tuple(index)) for index in indices]
         owner = None
         if channel is not None:
             owner, cancelled = self._table.owner(channel, generation)
@@ -189,10 +188,10 @@ class Engine(BlockingReads):
             self._table.note_taken(keys)
         tally = Tally()
         missing = [k for k, v in zip(keys, found) if v is None]
-        reads: dict[ChunkKey, Any] = {}
+        reads: dict[ReadKey, Any] = {}
         if missing:
-            whole = [k for k in missing if len(k) == 2]
-            parts = [k for k in missing if len(k) == 3]
+            whole = [k for k in missing if k.part is None]
+            parts = [k for k in missing if k.part is not None]
             get, table = self.cache.get, self._table
             if whole:
                 reads.update(table.admit(source, whole, priority, owner, cache, tally, get, skip_taken))
@@ -210,22 +209,22 @@ class Engine(BlockingReads):
             self._io.call_soon(self._dispatch)
         return out
 
-    def _part_keys(self, keys: list[ChunkKey], found: list[Any], boxes: list[Box | None]) -> None:
-        """Where a box is asked for and its whole chunk is not cached, ask for the part
+    def _part_keys(self, keys: list[ReadKey], found: list[Any], boxes: list[Part]) -> None:
+        """Where a part is asked for and its whole chunk is not cached, ask for the part
         (``keys`` and ``found`` are changed in place)."""
         at = [i for i, (v, b) in enumerate(zip(found, boxes)) if v is None and b is not None]
         if not at:
             return
-        part_keys = [(*keys[i], boxes[i]) for i in at]
+        part_keys = [keys[i]._replace(part=boxes[i]) for i in at]
         for i, key, value in zip(at, part_keys, self.cache.get_many(part_keys)):
             keys[i] = key
             found[i] = value
 
     def _answer(
         self,
-        keys: list[ChunkKey],
+        keys: list[ReadKey],
         found: list[np.ndarray | None],
-        reads: dict[ChunkKey, Read],
+        reads: dict[ReadKey, Read],
         priority: Priority,
         cache: bool,
         tally: Tally,
@@ -245,7 +244,7 @@ class Engine(BlockingReads):
                 tally.hits += 1
                 if prefetched and key in prefetched and self._table.take_prefetched(key):
                     tally.prefetch_used += 1
-                    if not cache or len(key) == 3:
+                    if not cache or key.part is not None:
                         consumed.append(key)
         if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
@@ -276,7 +275,7 @@ class Engine(BlockingReads):
             return self._io_threads
         # enough to hide the latency, no more than the link carries (see engine/link.py),
         # and a read thread's worth more: a read decoding does not use the link
-        return self._reader.link.concurrency(self._reader.latency["async"]) + self._io_threads
+        return self._pipeline.link.concurrency(self._pipeline.latency["async"]) + self._io_threads
 
     def speculative_cap(self, kind: str) -> int:
         """Prefetch reads allowed at once: leave CPU for what the user waits on."""
@@ -293,7 +292,7 @@ class Engine(BlockingReads):
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float:
         """Expected seconds to read ``nchunks`` chunks of ``source`` at today's concurrency."""
         kind = "async" if source.is_async else "sync"
-        return self._reader.slab_latency(source, nchunks, self.concurrency(kind))
+        return self._pipeline.slab_latency(source, nchunks, self.concurrency(kind))
 
     def _dispatch(self) -> None:
         limit = {k: self.concurrency(k) for k in KINDS}
@@ -325,64 +324,42 @@ class Engine(BlockingReads):
         for read in reads:
             by_source.setdefault(read.source.token, []).append(read)
         for group in by_source.values():
-            try:
-                results = self._parts.read_batch(group[0].source, [(r.index, r.key[2]) for r in group])
-            except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiters
-                results = [exc] * len(group)
-            for read, array in zip(group, results):
-                if isinstance(array, BaseException):
-                    self._table.settle(read, exc=array)
-                    continue
-                if not (read.keep and self.cache.put(read.key, array)):
-                    self._table.prefetched.discard(read.key)
-                self._table.settle(read, result=array)
+            values = self._pipeline.read_here(group[0].source, [r.key for r in group])
+            for read, value in zip(group, values):
+                self._settle(read, value)
         self._io.call_soon(self._dispatch)
 
     async def _run_read(self, read: Read, pending: Any = None) -> None:
-        array: np.ndarray | None
+        """Run one read on the loop (``pending``: its awaitable from a shard's batch)."""
+        value: Any
         try:
-            if pending is not None:  # one of a batch: its bytes come with the others'
-                array = await self._reader.read(read.source, read.index, lambda: pending)
-            else:
-                array = await self._read(read)
+            value = await self._pipeline.read(read.source, read.key, pending)
         except asyncio.CancelledError:
-            self._finish(read, exc=EngineClosedError("engine closed during the read"))
+            self._settle(read, EngineClosedError("engine closed during the read"))
+            self._dispatch()
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiter
-            self._finish(read, exc=exc)
-            return
-        if array is None:  # stored bytes read ahead: they went to the encoded tier
-            self._table.prefetched.discard(read.key)
-        elif not (self.cache.put(read.key, array) if read.keep else False):
-            self._table.prefetched.discard(read.key)
-        self._finish(read, result=array)
-
-    async def _read(self, read: Read) -> np.ndarray | None:
-        """Run one read: a whole chunk (decoded from stored bytes the cache holds, when it
-        does), a part of one, or a chunk's stored bytes."""
-        key = read.key
-        if len(key) == 3:
-            if key[2] == STORED:
-                await self._parts.read_stored(read.source, read.index)
-                return None
-            return await self._parts.read(read.source, read.index, key[2])
-        if self.cache.encoded_entries:
-            array = await self._parts.read_whole(read.source, read.index)
-            if array is not None:
-                return array
-        return await self._reader.read(read.source, read.index)
-
-    def _finish(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
-        self._table.settle(read, result, exc)
+            value = exc
+        self._settle(read, value)
         self._dispatch()
+
+    def _settle(self, read: Read, value: Any) -> None:
+        """The cache step: keep the value when the read is kept; hand it (or the exception)
+        to the waiters. Stored bytes (None) went to the encoded tier."""
+        if isinstance(value, BaseException):
+            self._table.settle(read, exc=value)
+            return
+        if value is None or not (read.keep and self.cache.put(read.key, value)):
+            self._table.prefetched.discard(read.key)
+        self._table.settle(read, result=value)
 
     # -- nested reads ------------------------------------------------------------------------
     def read_inline(self, source: ChunkSource, index: ChunkIndex) -> np.ndarray:
         """Read one chunk in the calling thread (cache first), bypassing the scheduler.
 
         Used when a read thread itself needs engine data (an ArraySource over an engine-backed
-        variable): queueing behind itself on the same pool could deadlock. The read is checked
-        like every other (see :mod:`.checked`).
+        variable): queueing behind itself on the same pool could deadlock. The read takes the
+        same pipeline as every other (see :mod:`.pipeline`).
         """
         key = self.key(source, index)
         value = self.cache.get(key)
@@ -390,25 +367,101 @@ class Engine(BlockingReads):
             self.stats.count("hits")
             return value
         self.stats.count("misses")
-        index = key[1]
-        run = ((lambda: source.read_chunk_sync(index)) if isinstance(source, SyncChunkSource)
-               else (lambda: self._io.run_coroutine(source.read_chunk_counted(index))))
-        array = self._reader.read_here(source, index, run)
-        self.cache.put(key, array)
-        return array
+        value = self._pipeline.read_here(source, [key])[0]
+        if isinstance(value, BaseException):
+            raise value
+        self.cache.put(key, value)
+        return value  # type: ignore[no-any-return]
+
+    # -- blocking reads: from an ordinary thread, always with a timeout ----------------------
+    def fetch(
+        self,
+        source: ChunkSource,
+        indices: Sequence[ChunkIndex],
+        priority: Priority = Priority.VISIBLE,
+        *,
+        timeout: float | None = None,
+        channel: str | None = None,
+        generation: int | None = None,
+    ) -> list[np.ndarray]:
+        """Request chunks and wait for all of them (raising the first error). On one of the
+        engine's own read threads (a source that reads engine data) they are read inline."""
+        self.check_blocking_allowed()
+        if on_read_thread():
+            return [self.read_inline(source, i) for i in indices]
+        futures = self.request(source, indices, priority, channel=channel, generation=generation)
+        chunks = wait_all(futures, timeout)
+        self.count_useful(sum(getattr(c, "nbytes", 0) for c in chunks))
+        return chunks
+
+    def stream_ahead(self, source: ChunkSource) -> int:
+        """Reads a stream keeps issued: enough to keep the I/O pipe full (remote: twice the
+        engine's concurrency), without letting them exceed a quarter of the cache budget."""
+        per = max(1, source.chunk_nbytes())
+        limit = max(2, self.cache.budget // 4 // per)
+        # remote: twice the reads in flight, so a slow head of the line leaves the link busy
+        want = max(2 * self._io_threads, 2 * self.concurrency("async") if source.is_async else 0)
+        return int(max(2, min(want, limit)))
+
+    def stream(
+        self,
+        source: ChunkSource,
+        order: Iterable[ChunkIndex],
+        *,
+        ahead: int | None = None,
+        timeout: float | None = None,
+        cache: bool = True,
+    ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
+        """Yield ``(index, chunk)`` in ``order``, keeping up to ``ahead`` PLANNED reads in flight.
+
+        ``ahead`` defaults to :meth:`stream_ahead`. This is how reductions and loaders
+        announce their plan to the engine; the chunks after the reads in flight are hinted to
+        the source. ``cache=False``: a one-pass scan; chunks read for it are not kept in the
+        cache (chunks already cached are still used). Read inline on a read thread.
+        """
+        self.check_blocking_allowed()
+        indices = (tuple(int(i) for i in index) for index in order)
+        if on_read_thread():
+            for index in indices:
+                yield index, self.read_inline(source, index)
+            return
+
+        def issue(index: ChunkIndex) -> cf.Future:
+            return self.request(source, [index], Priority.PLANNED, cache=cache)[0]
+
+        def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
+            chunk = wait_all([fut], timeout)[0]
+            self.count_useful(getattr(chunk, "nbytes", 0))
+            return chunk
+
+        # reads still in flight when the consumer stops finish and fill the cache; their
+        # futures are shared (another request may have joined them), so none is cancelled
+        # a remote source's depth follows the engine's concurrency as it learns the link
+        depth: Any = ahead or self.stream_ahead(source)
+        if not ahead and source.is_async:
+            depth = lambda: self.stream_ahead(source)  # noqa: E731
+        many = None
+        if source.coalesces:  # inner chunks of one shard: queue them together, to batch
+            def many(batch: list[ChunkIndex]) -> list[cf.Future]:
+                return self.request(source, batch, Priority.PLANNED, cache=cache)
+
+        yield from look_ahead(
+            indices, issue, wait, ahead=depth,
+            hint=lambda batch: self.hints.advise(source, batch), issue_many=many,
+        )
 
     # -- introspection -----------------------------------------------------------------------
     def queued(self) -> dict[str, int]:
         return self._table.queued()
 
-    def in_flight_keys(self) -> set[ChunkKey]:
+    def in_flight_keys(self) -> set[ReadKey]:
         return self._table.in_flight_keys()
 
     def cached_indices(self, token: str) -> set[ChunkIndex]:
         """Chunks of source ``token`` the cache holds something of: the decoded chunk, a
         decoded part, its stored frame or its blosc head (reading it again reads less)."""
         keys = self.cache.keys() + self.cache.encoded_keys()
-        return {k[1] for k in keys if isinstance(k, tuple) and len(k) >= 2 and k[0] == token}
+        return {k.index for k in keys if isinstance(k, ReadKey) and k.token == token}
 
     def snapshot(self) -> StatsSnapshot:
         cache = self.cache
@@ -455,10 +508,10 @@ class Engine(BlockingReads):
         return f"<Engine {state} {self.cache!r}>"
 
 
-def _refused(key: ChunkKey) -> cf.Future:
+def _refused(key: ReadKey) -> cf.Future:
     """The answer to a guess of a chunk a one-pass reader took (``skip_taken``)."""
     fut: cf.Future = cf.Future()
-    fut.set_exception(RequestCancelledError(f"chunk {key[1]} was taken by a one-pass reader"))
+    fut.set_exception(RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader"))
     return fut
 
 

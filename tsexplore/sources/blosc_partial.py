@@ -77,13 +77,6 @@ class BloscHead:
             return self.cbytes
         return self.header_len if self.memcpyed else self.dict_end
 
-    def nstreams(self, block: int) -> int:
-        """Streams block ``block`` is split into (``typesize``, or 1)."""
-        last = block == self.nblocks - 1 and self.nbytes % self.blocksize
-        if self.flags & _DONT_SPLIT or last:
-            return 1
-        return self.typesize
-
     def block_nbytes(self, block: int) -> int:
         """Decoded size of block ``block`` (the last one may be shorter)."""
         return min(self.blocksize, self.nbytes - block * self.blocksize)

@@ -180,12 +180,12 @@ class ByteStore:
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         raise NotImplementedError
 
+    def advise(self, keys: Sequence[str]) -> None:
+        """Hint that these objects will be read soon (local files: ``WILLNEED``)."""
+
     def classify(self, exc: BaseException) -> str:
         """``"missing"``, ``"retry"`` or ``"fatal"`` for a failed request."""
         return classify_error(exc)
-
-    async def aclose(self) -> None:
-        """Close sessions opened on the running loop."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
@@ -354,6 +354,23 @@ class LocalFiles(ByteStore):
     async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, contextvars.copy_context().run, self.get_sync, key, rng)
+
+    def advise(self, keys: Sequence[str]) -> None:
+        """Ask the kernel to start reading these files (``WILLNEED``), so cold reads overlap
+        with decoding instead of waiting on the disk one by one."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for key in keys:
+            try:
+                fd = os.open(self.path(key), os.O_RDONLY)
+            except OSError:
+                continue  # a missing file is reported by its read
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
         """The file opened once, every range read into one reused buffer of this thread

@@ -5,10 +5,12 @@ chunks are C-ordered blosc frames (and C-Blosc2 is loaded). The engine asks it
 
 - :meth:`BloscParts.worth` -- does decoding ``box`` of a chunk pay (at most
   :data:`PART_FRACTION` of the chunk's blocks; the block size is learned from the frames read);
-- :meth:`BloscParts.read` -- the values of ``box``, from the stored frame when the engine holds
-  it (its encoded tier), else by reading the frame's head (header and block table: kept by the
-  engine too) and then only the byte ranges of the blocks needed -- ``pread`` for local files,
-  HTTP range requests for remote stores, coalesced;
+- :meth:`BloscParts.read_many` (local files, a batch on a read thread) and
+  :meth:`BloscParts.read` (remote stores, on the loop) -- the values of ``box``, from the
+  stored frame when the engine holds it (its encoded tier: :meth:`BloscParts.from_frame`),
+  else by reading the frame's head (header and block table: kept by the engine too) and then
+  only the byte ranges of the blocks needed -- ``pread`` for local files, HTTP range requests
+  for remote stores, coalesced;
 - :meth:`BloscParts.read_stored` -- a chunk's stored bytes, undecoded (the prefetcher's cheap
   read-ahead for remote stores).
 
@@ -22,14 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from typing import Any
 
 import numpy as np
 
 from ..errors import CorruptChunkError
-from . import buffers
 from ._cblosc2 import item_decoder
 from .blosc_partial import (
     PREFIX,
@@ -158,49 +158,29 @@ class BloscParts:
         head: BloscHead | None = None,
         keep: bool = False,
     ) -> PartRead:
-        """The values of ``box`` of chunk ``index``: from ``stored`` (the frame, held by the
-        engine) when given, else from the store (``head``: the frame's head, when held;
-        ``keep``: read the whole frame, to be held)."""
-        loop = asyncio.get_running_loop()
+        """The values of ``box`` of chunk ``index`` of a remote store: from ``stored`` (the
+        frame, held by the engine) when given, else from the store (``head``: the frame's
+        head, when held; ``keep``: read the whole frame, to be held). A local store's parts
+        are read in batches on a read thread (:meth:`read_many`)."""
         if stored is not None:
-            return await loop.run_in_executor(None, self._from_frame, stored, index, box, 0)
-        if not self.remote:
-            return await loop.run_in_executor(None, self._read_local, index, box, head, keep)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self.from_frame, stored, index, box)
         return await self._read_remote(index, box, head, keep)
 
-    def read_here(
-        self,
-        index: tuple[int, ...],
-        box: Box,
-        *,
-        stored: np.ndarray | None = None,
-        head: BloscHead | None = None,
-        keep: bool = False,
-    ) -> PartRead:
-        """:meth:`read` in the calling thread (a local store's frames only)."""
-        if stored is not None:
-            return self._from_frame(stored, index, box, 0)
-        if self.remote:
-            raise TypeError("a remote store's parts are read on the engine's loop")
-        return self._read_local(index, box, head, keep)
-
     async def read_stored(self, index: tuple[int, ...]) -> np.ndarray:
-        """Chunk ``index`` as stored (undecoded)."""
-        if self.remote:
-            t0 = time.perf_counter()
-            data = await self.source._fetch_stored(index)
-            self.link.record(len(data), time.perf_counter() - t0)
-            return np.frombuffer(data, dtype=np.uint8)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self._read_file, index)
+        """Chunk ``index`` of a remote store as stored (undecoded)."""
+        t0 = time.perf_counter()
+        data = await self.source._fetch_stored(index)
+        self.link.record(len(data), time.perf_counter() - t0)
+        return np.frombuffer(data, dtype=np.uint8)
 
     def decode_stored(self, index: tuple[int, ...], stored: np.ndarray) -> np.ndarray:
         """The whole chunk ``index`` decoded from its stored bytes."""
         return self.source._decode(stored, index)
 
     # -- the steps ---------------------------------------------------------------------------
-    def _from_frame(self, frame: np.ndarray, index: tuple[int, ...], box: Box, moved: int) -> PartRead:
-        """Decode ``box`` from the whole stored ``frame``."""
+    def from_frame(self, frame: np.ndarray, index: tuple[int, ...], box: Box, moved: int = 0) -> PartRead:
+        """Decode ``box`` from the whole stored ``frame`` (``moved``: the bytes read for it)."""
         where = Where(self.source, index)
         try:
             head = parse_head(frame, where)
@@ -213,20 +193,11 @@ class BloscParts:
         return PartRead(self._native(values), moved, decoded)
 
     def _read_file(self, index: tuple[int, ...]) -> np.ndarray:
-        path = os.path.join(self.source._local_root, self.source.chunk_key(index))
-        try:
-            with open(path, "rb", buffering=0) as f:
-                size = os.fstat(f.fileno()).st_size
-                frame = buffers.empty(size)
-                n = f.readinto(memoryview(frame))  # type: ignore[arg-type]
-        except FileNotFoundError:
-            raise self.source._missing(index) from None
-        return frame[:n]
-
-    def _read_local(
-        self, index: tuple[int, ...], box: Box, head: BloscHead | None, keep: bool
-    ) -> PartRead:
-        return self.read_many([(index, box, head)], keep)[0]
+        """A local chunk's whole stored frame (through the store's byte interface)."""
+        buf = self.source._bytes.get_sync(self.source.chunk_key(index))
+        if buf is None:
+            raise self.source._missing(index)
+        return np.frombuffer(buf, dtype=np.uint8)
 
     def read_many(self, items: list[tuple[tuple[int, ...], Box, BloscHead | None]], keep: bool = False) -> list[Any]:
         """Parts of local frames, their I/O batched (:func:`.local_parts.read_local_parts`):
@@ -237,7 +208,7 @@ class BloscParts:
             for index, box, _ in items:
                 try:
                     frame = self._read_file(index)
-                    result = self._from_frame(frame, index, box, frame.size)
+                    result = self.from_frame(frame, index, box, frame.size)
                     result.stored = frame if keep else None
                     out.append(result)
                 except Exception as exc:  # noqa: BLE001
@@ -265,11 +236,8 @@ class BloscParts:
         blocksize = self.blocksize or self._guess()
         needed = decoded_fraction(self.shape, self.dtype.itemsize, box, blocksize) * whole
         if keep or self.unsupported or not self.link.ranges_pay(whole, int(needed), head is not None):
-            t0 = time.perf_counter()
-            data = await self.source._fetch_stored(index)
-            self.link.record(len(data), time.perf_counter() - t0)
-            frame = np.frombuffer(data, dtype=np.uint8)
-            result = await loop.run_in_executor(None, self._from_frame, frame, index, box, len(data))
+            frame = await self.read_stored(index)
+            result = await loop.run_in_executor(None, self.from_frame, frame, index, box, frame.size)
             result.stored = frame  # fetching it again would cost a round trip: the engine keeps it
             return result
         where = Where(self.source, index)

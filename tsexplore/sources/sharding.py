@@ -25,8 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -177,15 +176,10 @@ class ShardReader:
         per = max(1, source.chunk_nbytes())
         most = (LOCAL_BATCH_BYTES if store.sync else REMOTE_BATCH_BYTES) // per
         self.max_batch = int(max(1, min(most, math.prod(layout.chunks_per_shard))))
-        self._lock = threading.Lock()  # blocking index reads, one at a time
         self._loading: dict[tuple[Any, ...], asyncio.Future[np.ndarray]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lock": None, "_loading": {}}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        return {**self.__dict__, "_loading": {}}
 
     # -- the index ---------------------------------------------------------------------------
     def _where(self, shard: tuple[int, ...]) -> str:
@@ -209,21 +203,10 @@ class ShardReader:
             return np.zeros((0, 2), dtype=np.uint64)
         return self.layout.decode_index(buf, self._where(shard))
 
-    def index_sync(self, shard: tuple[int, ...]) -> tuple[np.ndarray, int]:
-        """The shard's index (empty: the shard is absent) and the bytes read for it."""
-        found = self._cached(shard)
-        if found is not None:
-            return found, 0
-        with self._lock:
-            found = self._cached(shard)
-            if found is not None:
-                return found, 0
-            buf = self.store.get_sync(self.source.shard_key(shard), self.layout.index_range())
-            index = self._decoded(shard, buf)
-            self._keep(shard, index)
-        return index, 0 if buf is None else len(buf)
-
-    async def index_async(self, shard: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    async def index(self, shard: tuple[int, ...]) -> tuple[np.ndarray, int]:
+        """The shard's index (empty: the shard is absent) and the bytes read for it; read
+        once (the reads of one shard at the same time wait for one index read), through the
+        store's one byte interface (a blocking store reads on a read thread)."""
         found = self._cached(shard)
         if found is not None:
             return found, 0
@@ -291,55 +274,37 @@ class ShardReader:
                 out.append(exc)
         return out
 
-    def run_sync(self, indices: list[ChunkIndex]) -> list[Any]:
-        """Read a batch (inner chunks of one shard) in this thread; per member a result or an
-        exception."""
+    async def run(self, indices: list[ChunkIndex]) -> list[Any]:
+        """Read a batch (inner chunks of one shard); per member a result or an exception."""
         shard = self.layout.shard_of(indices[0])[0]
-        index, index_bytes = self.index_sync(shard)
+        index, index_bytes = await self.index(shard)
         spans, runs = self._plan(indices, index)
         key = self.source.shard_key(shard)
-        bufs = self.store.get_ranges_sync(key, [ByteRange(r.start, r.stop) for r in runs]) if runs else []
-        return self._assemble(indices, shard, spans, runs, bufs, index_bytes)
-
-    async def run_async(self, indices: list[ChunkIndex]) -> list[Any]:
-        shard = self.layout.shard_of(indices[0])[0]
-        index, index_bytes = await self.index_async(shard)
-        spans, runs = self._plan(indices, index)
-        key = self.source.shard_key(shard)
-        bufs = await asyncio.gather(*(self.store.get(key, ByteRange(r.start, r.stop)) for r in runs))
+        ranges = [ByteRange(r.start, r.stop) for r in runs]
         loop = asyncio.get_running_loop()
+        present = [k for k, s in enumerate(spans) if s is not None]
+        if self.store.sync:  # one read thread reads the ranges (into its reused buffer) and decodes
+            def read_decode() -> list[Any]:
+                bufs = self.store.get_ranges_sync(key, ranges) if runs else []
+                return self._decode_all(indices, present, self._pieces(shard, spans, runs, bufs))
 
-        async def decode(members: Sequence[int], pieces: dict[int, Any]) -> list[Any]:
-            return await loop.run_in_executor(None, self._decode_all, indices, members, pieces)
-
-        return await self._assemble_async(indices, shard, spans, runs, list(bufs), index_bytes, decode)
+            jobs = [present]
+            done = [await loop.run_in_executor(None, contextvars.copy_context().run, read_decode)]
+        else:  # fetched together; decoded in jobs of DECODE_JOB bytes on the read threads
+            pieces = self._pieces(shard, spans, runs, await self.store.get_ranges(key, ranges))
+            step = max(1, DECODE_JOB // max(1, self.source.chunk_nbytes()))
+            jobs = [present[i : i + step] for i in range(0, len(present), step)]
+            done = await asyncio.gather(*(
+                loop.run_in_executor(None, self._decode_all, indices, job, pieces) for job in jobs
+            ))
+        decoded = {k: r for job, rs in zip(jobs, done) for k, r in zip(job, rs)}
+        return self._results(indices, spans, decoded, self._extra(runs, spans, index_bytes))
 
     def _extra(self, runs: list[Run], spans: list[Any], index_bytes: int) -> int:
         """Bytes moved besides the members' own: the index and the gaps read through."""
         moved = sum(r.stop - r.start for r in runs)
         own = sum(s[1] for s in spans if s is not None)
         return index_bytes + moved - own
-
-    def _assemble(self, indices: list[ChunkIndex], shard: tuple[int, ...], spans: list[Any],
-                  runs: list[Run], bufs: list[Any], index_bytes: int) -> list[Any]:
-        pieces = self._pieces(shard, spans, runs, bufs)
-        present = [k for k, s in enumerate(spans) if s is not None]
-        decoded = dict(zip(present, self._decode_all(indices, present, pieces)))
-        return self._results(indices, spans, decoded, self._extra(runs, spans, index_bytes))
-
-    async def _assemble_async(self, indices: list[ChunkIndex], shard: tuple[int, ...],
-                              spans: list[Any], runs: list[Run], bufs: list[Any],
-                              index_bytes: int,
-                              decode: Callable[[Sequence[int], dict[int, Any]], Awaitable[list[Any]]]
-                              ) -> list[Any]:
-        pieces = self._pieces(shard, spans, runs, bufs)
-        present = [k for k, s in enumerate(spans) if s is not None]
-        per = max(1, self.source.chunk_nbytes())
-        step = max(1, DECODE_JOB // per)
-        jobs = [present[i : i + step] for i in range(0, len(present), step)]
-        done = await asyncio.gather(*(decode(job, pieces) for job in jobs))
-        decoded = {k: r for job, rs in zip(jobs, done) for k, r in zip(job, rs)}
-        return self._results(indices, spans, decoded, self._extra(runs, spans, index_bytes))
 
     def _results(self, indices: list[ChunkIndex], spans: list[Any], decoded: dict[int, Any],
                  extra: int) -> list[Any]:
@@ -363,17 +328,9 @@ class _Batch:
         self.indices = indices
         self._task: asyncio.Future[list[Any]] | None = None
 
-    async def _run(self) -> list[Any]:
-        reader = self.reader
-        if reader.store.sync:
-            loop = asyncio.get_running_loop()
-            ctx = contextvars.copy_context()
-            return await loop.run_in_executor(None, ctx.run, reader.run_sync, self.indices)
-        return await reader.run_async(self.indices)
-
     async def member(self, k: int) -> Result:
         if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+            self._task = asyncio.ensure_future(self.reader.run(self.indices))
         try:
             results = await asyncio.shield(self._task)
         except ChunkReadError as exc:  # the whole batch failed: name this member's chunk

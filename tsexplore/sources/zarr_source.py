@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import uuid
 from collections.abc import Awaitable, Hashable, Sequence
 from typing import Any
@@ -210,23 +209,10 @@ class ZarrSource(ChunkSource):
         return self._decode(buf, index), len(buf)
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
-        """Local stores: ask the kernel to start reading these chunk files (WILLNEED), so
-        cold reads overlap with decoding instead of waiting on the disk one by one."""
-        if not isinstance(self._bytes, LocalFiles) or self._shards is not None:
-            return
-        if self._chain is None or not hasattr(os, "posix_fadvise"):
-            return
-        for index in indices:
-            try:
-                fd = os.open(self._bytes.path(self.chunk_key(index)), os.O_RDONLY)
-            except OSError:
-                continue  # missing chunks are reported by the read itself
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        """Local stores: the byte store asks the kernel to start reading these chunk files,
+        so cold reads overlap with decoding instead of waiting on the disk one by one."""
+        if self._shards is None and self._chain is not None:
+            self._bytes.advise([self.chunk_key(index) for index in indices])
 
     def _missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
