@@ -230,6 +230,7 @@ class ViewController:
             gen = self._generation
             self._state = state
             self.counts["updates"] += 1
+            self.engine.activity.hold(self.channel)  # background streams wait (engine.activity)
             inline = (self.inline_cached and self._outstanding is None and self._pending is None
                       and threading.current_thread() is not self._thread)
             if inline:
@@ -258,6 +259,12 @@ class ViewController:
             if self._pending is None or self._pending[0] < generation:
                 self._pending = (generation, state)
             self._cond.notify_all()
+
+    def _release_if_idle_locked(self) -> None:
+        """Nothing pending or in flight: the view no longer holds the engine's activity."""
+        if self._pending is None and self._outstanding is None:
+            self.engine.activity.release(self.channel)
+
     def _cancel_stale(self) -> None:
         """Cancel the queued chunk reads of the read in flight when a newer request waits.
 
@@ -335,12 +342,14 @@ class ViewController:
             with self._cond:
                 self.counts["cancelled"] += 1
                 self._outstanding = None
+                self._release_if_idle_locked()
                 self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
             with self._cond:
                 self.counts["errors"] += 1
                 self.last_error = exc
                 self._outstanding = None
+                self._release_if_idle_locked()
                 self._cond.notify_all()
             if self.view is not None and not self._closed:
                 self.view.show_error(exc)
@@ -385,6 +394,7 @@ class ViewController:
         with self._cond:
             if complete:
                 self._outstanding = None
+                self._release_if_idle_locked()
             if fresh and complete:
                 self._delivered = frame.generation
                 self._frame = frame
@@ -456,6 +466,7 @@ class ViewController:
             timer.cancel()
         if not self.engine.closed:
             self.engine.cancel(self.channel)
+        self.engine.activity.release(self.channel)
         for thread in (self._thread, self.profile_thread, self._rois.thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)

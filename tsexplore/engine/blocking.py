@@ -60,6 +60,7 @@ class BlockingReads:
     hints: Any
     check_blocking_allowed: Any
     cache: Any
+    activity: Any
     _io_threads: int
 
     def fetch(
@@ -98,13 +99,17 @@ class BlockingReads:
         ahead: int | None = None,
         timeout: float | None = None,
         cache: bool = True,
+        background: bool = True,
     ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
         """Yield ``(index, chunk)`` in ``order``, keeping up to ``ahead`` PLANNED reads in flight.
 
         ``ahead`` defaults to :meth:`stream_ahead`. This is how reductions and loaders
         announce their plan to the engine; the chunks after the reads in flight are hinted to
         the source. ``cache=False``: a one-pass scan; chunks read for it are not kept in the
-        cache (chunks already cached are still used).
+        cache (chunks already cached are still used). ``background`` (default): visible work
+        wins -- each chunk is handed over only once no view is busy (at most
+        ``tse.config`` ``background_wait`` seconds later; see :mod:`.activity`), as the
+        stream's reads start only when no VISIBLE read is queued or running.
         """
         self.check_blocking_allowed()
         indices = (tuple(int(i) for i in index) for index in order)
@@ -119,6 +124,8 @@ class BlockingReads:
         def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
             chunk = wait_all([fut], timeout)[0]
             self.count_useful(getattr(chunk, "nbytes", 0))
+            if background:  # the consumer's work on it waits while a view is busy
+                self.activity.wait_quiet()
             return chunk
 
         # reads still in flight when the consumer stops finish and fill the cache; their

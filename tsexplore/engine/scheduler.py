@@ -34,6 +34,7 @@ from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import close_async_resources
 from ..sources.base import ChunkIndex, ChunkSource, ReadServices, SyncChunkSource
 from .absent import AbsentChunks
+from .activity import VisibleActivity
 from .blocking import BlockingReads
 from .cache import ChunkCache
 from .checked import CheckedReader
@@ -64,6 +65,9 @@ class Engine(BlockingReads):
             self._settings_changed(config.get())  # a change made while this one started
         self.stats = Stats()
         self._table = ReadTable()
+        #: views busy making a frame; background streams pause for it (see .activity)
+        self.activity = VisibleActivity(self._table.visible_active)
+        self._table.on_visible_end = self.activity.notify
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
         self._reader = CheckedReader(
@@ -180,7 +184,7 @@ class Engine(BlockingReads):
         if channel is not None:
             owner, cancelled = self._table.owner(channel, generation)
             if cancelled:
-                self.stats.count("cancelled", cancelled)
+                self._cancelled(cancelled)
         found = self.cache.get_many(keys)
         if boxes is not None:
             self._part_keys(keys, found, boxes)
@@ -266,8 +270,14 @@ class Engine(BlockingReads):
         """
         n = self._table.cancel(channel, generation)
         if n:
-            self.stats.count("cancelled", n)
+            self._cancelled(n)
         return n
+
+    def _cancelled(self, n: int) -> None:
+        """``n`` queued reads were cancelled: reads held behind VISIBLE ones may start now."""
+        self.stats.count("cancelled", n)
+        self.activity.notify()
+        self._io.call_soon(self._dispatch)
 
     # -- dispatch (runs on the loop) ---------------------------------------------------------
     def concurrency(self, kind: str) -> int:
@@ -301,7 +311,7 @@ class Engine(BlockingReads):
         parts: list[Read] = []
         guesses: list[Read] = []
         create_task = self._io.loop.create_task
-        for batch in self._table.take_runnable(limit, spec):
+        for batch in self._table.take_runnable(limit, spec, config.get().visible_first):
             read = batch[0]
             if len(batch) > 1:  # inner chunks of one shard: one ranged read, checked one by one
                 self.stats.count("batched", len(batch))
