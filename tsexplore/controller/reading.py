@@ -22,8 +22,9 @@ from ..engine.array import assemble, read_selection
 from ..engine.planning import plan_selection
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkIndex
+from .colour import frame_histogram, robust_range, to_uint8
 from .levels import ViewLevel, tile_requests
-from .planning import Frame, Range, ViewRequest, frame_histogram, robust_range, to_uint8
+from .planning import Frame, Range, ViewRequest
 
 #: a colour range per channel (None: that channel's robust range)
 ChannelRanges = tuple[Range | None, ...]

@@ -222,6 +222,7 @@ class LinkEstimator:
         self._samples: deque[tuple[int, float]] = deque(maxlen=self.window)
         self._small: deque[float] = deque(maxlen=self.window)
         self.frames = 0
+        self._bandwidth: tuple[int, float | None] = (-1, None)  # (frames, bandwidth) last made
 
     def record(self, nbytes: int, seconds: float) -> None:
         seconds = max(0.0, float(seconds))
@@ -240,9 +241,14 @@ class LinkEstimator:
 
     @property
     def bandwidth(self) -> float | None:
+        made, bw = self._bandwidth
+        if made == self.frames:  # asked for on every frame, changed only by record()
+            return bw
         lat = self.latency
         rates = [n / max(s - lat, 1e-4) for n, s in self._samples if n >= self.min_bytes]
-        return float(np.median(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
+        bw = float(np.median(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
+        self._bandwidth = (self.frames, bw)
+        return bw
 
     def predict(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` to the browser and hear back, or None (not measured)."""
