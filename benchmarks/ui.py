@@ -20,7 +20,10 @@
 4. ``--under-load``: the Explorer page twice, idle and while ``tse.reduce(ds.temp, "mean",
    dim="time", background=True)`` scans the same cube again and again (``explorer-load``);
    target: its p95 <= 1.3 x the idle p95 (the visible reads win).
-5. ``--pyramid`` (only): a 65,536 x 65,536 plane (sparse fine levels, real coarse ones) opened
+5. ``--soak [SECONDS]`` (only): random slider, pan and zoom moves in the browser for SECONDS
+   (default 600), every frame painted checked against NumPy; kernel RSS, JS heap and console
+   errors (``benchmarks/ui_soak.py``). Targets: growth <= 5 %, 0 errors, 0 wrong frames.
+6. ``--pyramid`` (only): a 65,536 x 65,536 plane (sparse fine levels, real coarse ones) opened
    with a cold cache and shown by the Explorer; time from opening to the overview painted
    (its last tile), reads per level, decoded bytes (see ``benchmarks/ui_canvas.py``).
 
@@ -147,7 +150,7 @@ def pyramid_browser(px: int, workdir: Path, store: Path, driver: str = "cdp",
 
 
 def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
-    c = result["coalescing"]
+    c = result.get("coalescing")
     if c:
         print(f"coalescing: {c['events']} events in {c['seconds']} s, {c['store_latency_s'] * 1e3:.0f} ms store -> "
               f"{c['reads']} reads, {c['frames']} frames, {c['cancelled']} cancelled, final slice "
@@ -173,6 +176,14 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
         from .ui_stages import describe
 
         print(describe(result["stages"]))
+    if result.get("soak"):
+        from .ui_soak import describe as describe_soak
+
+        print(describe_soak(result["soak"]))
+        for text in result["soak"]["console_error_texts"][:5]:
+            print(f"  console: {text[:200]}")
+        for bad in result["soak"]["wrong_frames"][:5]:
+            print(f"  wrong frame: {bad}")
     for k, v in targets.items():
         print(f"  {'PASS' if v else 'MISS'} {k}")
     print(f"-> {RESULTS.relative_to(ROOT)}")
@@ -180,7 +191,7 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
 
 def _targets(result: dict[str, Any]) -> dict[str, bool]:
     targets: dict[str, bool] = {}
-    c = result["coalescing"]
+    c = result.get("coalescing")
     if c:
         targets.update({"coalesce_reads<=25": c["reads"] <= 25, "coalesce_final_slice": c["final_ok"]})
     pages = (result.get("browser") or {}).get("pages", {})
@@ -197,6 +208,10 @@ def _targets(result: dict[str, Any]) -> dict[str, bool]:
     if loaded and idle and idle["slider_to_pixel_ms"]["p95"]:
         ratio = loaded["slider_to_pixel_ms"]["p95"] / idle["slider_to_pixel_ms"]["p95"]
         targets[f"under load: p95 {ratio:.2f}x idle <= 1.3x"] = ratio <= 1.3
+    if result.get("soak"):
+        from .ui_soak import targets as soak_targets
+
+        targets.update(soak_targets(result["soak"]))
     p = result.get("pyramid")
     if p:
         targets["pyramid: overview<=300ms"] = p["overview_ms"] is not None and p["overview_ms"] <= 300
@@ -217,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="TCP_NODELAY on kernel websockets (tsexplore.jupyter_server_ext); both: two runs")
     ap.add_argument("--pyramid", action="store_true",
                     help="only: open a 65,536^2 pyramid cold and time its overview on the canvas")
+    ap.add_argument("--soak", type=float, nargs="?", const=600.0, default=None, metavar="SECONDS",
+                    help="only: random slider, pan and zoom moves in the browser for SECONDS "
+                         "(default 600), every frame checked, RSS / JS heap / console errors "
+                         "(benchmarks/ui_soak.py)")
     ap.add_argument("--under-load", action="store_true",
                     help="the Explorer idle and while background reductions scan the same cube")
     ap.add_argument("--stages", action="store_true",
@@ -233,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {"benchmark": "ui", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                               "load_avg": os.getloadavg(), "coalescing": None}
-    if not args.pyramid:
+    if not args.pyramid and args.soak is None:
         result["coalescing"] = coalescing()
     chromium_found = True
     if not args.skip_browser:
@@ -244,7 +263,17 @@ def main(argv: list[str] | None = None) -> int:
             print("chromium not found: skipping the browser part", file=sys.stderr)
     if not args.skip_browser and chromium_found:
         n = 256 if args.small else 1024
-        if args.pyramid:
+        if args.soak is not None:
+            from .ui_soak import soak
+
+            with tempfile.TemporaryDirectory(prefix="tse-ui-soak-") as tmp:
+                result["soak"] = soak(cube(args, n).resolve(), n, args.soak, Path(tmp), seed=args.seed + 7)
+                kept = ROOT / "test-artifacts" / "bench" / "ui_soak.png"
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                if os.path.exists(result["soak"]["screenshot"]):
+                    kept.write_bytes(Path(result["soak"]["screenshot"]).read_bytes())
+                result["soak"]["screenshot"] = str(kept.relative_to(ROOT))
+        elif args.pyramid:
             from .ui_canvas import pyramid_store
 
             store = pyramid_store(ROOT / "data" / "bench_pyramid_65536.zarr", progress=not args.json_only)
