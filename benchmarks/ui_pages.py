@@ -222,6 +222,7 @@ EXPLORER_FIRST = "document.querySelector('.tse-canvas')?.dataset.index === '0'"
 # the slider moves (the visible reads must win)
 LOAD_CELL = (
     "import threading\n"
+    "tse.config.set(visible_first={visible_first})\n"
     "_stop, _scans = threading.Event(), []\n"
     "def _scan():\n"
     "    while not _stop.is_set():\n"
@@ -233,20 +234,23 @@ LOAD_CELL = (
     "_loader = threading.Thread(target=_scan, name='tse-bench-load', daemon=True)\n"
     "_loader.start()"
 )
-LOAD_STOP = "_stop.set(); _loader.join(60); import json; print('TSE ' + json.dumps({'scans': len(_scans)}))"
+LOAD_STOP = ("_stop.set(); _loader.join(60); import json; _a = tse.get_engine().activity\n"
+             "print('TSE ' + json.dumps({'scans': len(_scans), 'pauses': _a.pauses, "
+             "'paused_s': round(_a.paused_seconds, 2)}))")
 
 
 def explorer_page(page: Page, url: str, token: str, workdir: Path, path: Path, px: int, moves: int,
-                  warmup: int, seed: int, slider: str = "canvas", load: bool = False) -> dict[str, Any]:
+                  warmup: int, seed: int, slider: str = "canvas", load: str = "") -> dict[str, Any]:
     """The Explorer (its slider in the canvas or an ipywidgets one): slider-to-pixel latency
     and websocket traffic per move, timed as the bare canvas (``tse-paint`` of the index);
-    ``load``: while background reductions of the same cube run (``LOAD_CELL``)."""
+    ``load="load"``: while background reductions of the same cube run (``LOAD_CELL``);
+    ``"loadoff"``: the same with ``visible_first=False`` (the reductions do not yield)."""
     from .ui_canvas import CANVAS_ARM, CANVAS_MOVE, EXECUTE, HANDLES
 
-    name = ("explorer" if slider == "canvas" else f"explorer-{slider}") + ("-load" if load else "")
+    name = ("explorer" if slider == "canvas" else f"explorer-{slider}") + (f"-{load}" if load else "")
     cells = [c.format(path=str(path), warm=moves + warmup + 2, px=px, slider=slider) for c in EXPLORER_CELLS]
     if load:
-        cells.append(LOAD_CELL)
+        cells.append(LOAD_CELL.format(visible_first=load == "load"))
     open_notebook(page, url, token, workdir, name, cells)
     page.wait_for(EXPLORER_FIRST)
     time.sleep(1.0)

@@ -8,7 +8,9 @@ once), on the same warm 64 x N x N cube as the browser part: the time of a whole
 copy, encoding, message) -- beside the bare canvas's whole move (``show`` of a precomputed
 ``uint8`` frame). Times are the thread's CPU time (``time.thread_time``), p50 and p95 over
 ``--moves`` moves, so other programs on the machine do not count; ``wall`` is the move's
-wall time too.
+wall time too. Moves come 60 ms apart (the browser part's pace), so a frame made ahead on the
+controller's thread (a steady slider: ``tsexplore.controller.ahead``) is ready; the process's
+CPU time per move and pause counts that work too.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from typing import Any
 import numpy as np
 
 
-def _times(fn: Callable[[int], Any], n: int) -> dict[str, float]:
-    cpu, wall = [], []
+def _times(fn: Callable[[int], Any], n: int, pause: float = 0.0) -> dict[str, float]:
+    cpu, wall, proc = [], [], []
     for i in range(n):
-        t0, w0 = time.thread_time(), time.perf_counter()
+        t0, w0, p0 = time.thread_time(), time.perf_counter(), time.process_time()
         fn(i)
         cpu.append((time.thread_time() - t0) * 1e3)
         wall.append((time.perf_counter() - w0) * 1e3)
+        if pause:
+            time.sleep(pause)
+        proc.append((time.process_time() - p0) * 1e3)
     return {"p50": float(np.percentile(cpu, 50)), "p95": float(np.percentile(cpu, 95)),
-            "wall_p50": float(np.percentile(wall, 50))}
+            "wall_p50": float(np.percentile(wall, 50)), "process_p50": float(np.percentile(proc, 50))}
 
 
 def stages(path: Path, px: int, moves: int = 50) -> dict[str, Any]:
@@ -56,7 +61,8 @@ def stages(path: Path, px: int, moves: int = 50) -> dict[str, Any]:
 
         for i in range(5):
             move(i)
-        out["explorer_move"] = _times(move, moves)
+        out["explorer_move"] = _times(move, moves, PAUSE)
+        out["frames_ahead"] = {"made": ex.controller.ahead.made, "used": ex.controller.ahead.used}
         ctl = ex.controller
         req = ctl.request()
         src = ctl.levels[req.level].source
@@ -86,7 +92,7 @@ def stages(path: Path, px: int, moves: int = 50) -> dict[str, Any]:
             bare.show(precomputed[i % 8], index=i, label=f"frame {i}")
             bare.flow.ack(bare.flow.in_flight.seq)
 
-        out["canvas_move"] = _times(bare_move, moves)
+        out["canvas_move"] = _times(bare_move, moves, PAUSE)
     finally:
         ex.close()
         tse.close()
@@ -94,6 +100,8 @@ def stages(path: Path, px: int, moves: int = 50) -> dict[str, Any]:
 
 
 STAGES = ("read", "range", "quantise", "histogram", "show")
+#: seconds between two moves (the browser part's pace: 50-67 ms after each paint)
+PAUSE = 0.06
 
 
 def describe(s: dict[str, Any]) -> str:
@@ -102,8 +110,11 @@ def describe(s: dict[str, Any]) -> str:
              f"{s['moves']}):"]
     for k in ("explorer_move", *STAGES, "canvas_move"):
         t = s[k]
-        lines.append(f"  {k:14s} {t['p50']:6.2f} / {t['p95']:6.2f}   (wall p50 {t['wall_p50']:.2f})")
+        extra = f", process CPU p50 {t['process_p50']:.2f} per move and pause" if k.endswith("move") else ""
+        lines.append(f"  {k:14s} {t['p50']:6.2f} / {t['p95']:6.2f}   (wall p50 {t['wall_p50']:.2f}{extra})")
     parts = sum(s[k]["p50"] for k in STAGES)
+    ahead = s.get("frames_ahead") or {}
     lines.append(f"  stages sum {parts:.2f}; Explorer move - bare canvas move = "
-                 f"{s['explorer_move']['p50'] - s['canvas_move']['p50']:.2f} ms at p50")
+                 f"{s['explorer_move']['p50'] - s['canvas_move']['p50']:.2f} ms at p50 (the move's "
+                 f"thread; frames made ahead {ahead.get('made', '-')}, used {ahead.get('used', '-')})")
     return "\n".join(lines)
