@@ -207,6 +207,13 @@ def _targets(result: dict[str, Any]) -> dict[str, bool]:
         m = b["ws_messages_per_move"]
         targets[f"{name}: ws_messages_per_move<=4"] = (m["median"] if m.get("median") is not None
                                                       else m["total"]) <= 4
+    ex, bare = pages.get("explorer"), pages.get("canvas-js-lazy")  # the same messages per move
+    if ex and bare and ex["slider_to_pixel_ms"]["p50"] and bare["slider_to_pixel_ms"]["p50"]:
+        e, b = ex["slider_to_pixel_ms"], bare["slider_to_pixel_ms"]
+        targets[f"explorer p50 {e['p50']:.0f} <= bare canvas (js-lazy) p50 {b['p50']:.0f} + 5 ms"] = (
+            e["p50"] <= b["p50"] + 5)
+        targets[f"explorer p95 {e['p95'] / b['p95']:.2f}x bare canvas (js-lazy) p95 <= 1.1x"] = (
+            e["p95"] <= 1.1 * b["p95"])
     loaded, idle = pages.get("explorer-load"), pages.get("explorer")
     if loaded and idle and idle["slider_to_pixel_ms"]["p95"]:
         ratio = loaded["slider_to_pixel_ms"]["p95"] / idle["slider_to_pixel_ms"]["p95"]

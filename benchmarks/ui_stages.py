@@ -62,7 +62,8 @@ def stages(path: Path, px: int, moves: int = 50) -> dict[str, Any]:
         for i in range(5):
             move(i)
         out["explorer_move"] = _times(move, moves, PAUSE)
-        out["frames_ahead"] = {"made": ex.controller.ahead.made, "used": ex.controller.ahead.used}
+        ahead = getattr(ex.controller, "ahead", None)  # (an older tsexplore has none)
+        out["frames_ahead"] = {"made": ahead.made, "used": ahead.used} if ahead is not None else {}
         ctl = ex.controller
         req = ctl.request()
         src = ctl.levels[req.level].source

@@ -28,7 +28,7 @@ Environment variables (all optional):
   reads are queued or running, and background streams (reductions, region statistics) go on
   while a view is busy; by default visible work wins (:mod:`tsexplore.engine.activity`).
 - ``TSEXPLORE_VISIBLE_GRACE``: seconds background streams still wait after a view's frame
-  went out (default 0.25: the user is likely to move again, the frame is still being painted).
+  went out (default 0.5: the user is likely to move again, the frame is still being painted).
 - ``TSEXPLORE_BACKGROUND_WAIT``: the longest a background stream waits for visible work per
   chunk (default 1.0 s), so it always moves on.
 """
@@ -74,7 +74,7 @@ class Settings:
     keep_stored: str = "remote"
     partial_decode: bool = True
     visible_first: bool = True
-    visible_grace: float = 0.25
+    visible_grace: float = 0.5
     background_wait: float = 1.0
 
 
@@ -94,7 +94,7 @@ def _from_env() -> Settings:
             keep_stored=env.get("TSEXPLORE_KEEP_STORED", "remote"),
             partial_decode=env.get("TSEXPLORE_PARTIAL_DECODE", "1") != "0",
             visible_first=env.get("TSEXPLORE_VISIBLE_FIRST", "1") != "0",
-            visible_grace=float(env.get("TSEXPLORE_VISIBLE_GRACE", 0.25)),
+            visible_grace=float(env.get("TSEXPLORE_VISIBLE_GRACE", 0.5)),
             background_wait=float(env.get("TSEXPLORE_BACKGROUND_WAIT", 1.0)),
         )
     except ValueError as exc:
