@@ -11,7 +11,8 @@ the view is reset when it has zoomed in or out far). After each move the page is
 cut to the region and strides it claims (``extent``, ``shape``) from the cube read with zarr
 and quantised over the range it claims (``clim``) -- the right slice, the right pixels.
 
-Recorded: the kernel's RSS and the page's JS heap (``Runtime.getHeapUsage`` after a forced
+Recorded: the kernel's RSS (with the engine cache's bytes and Python's object count, also
+every 15 s) and the page's JS heap (``Runtime.getHeapUsage`` after a forced
 garbage collection) after a warm-up (30 moves) and at the end, their growth; every
 ``console.error``, uncaught error and unhandled rejection in the page; moves by kind, frames
 painted, checked and wrong. Targets: growth <= 5 % for both, 0 console errors, 0 wrong frames.
@@ -65,7 +66,11 @@ SOAK_CELLS = [
     "ex = ds.tse.explore(width={px}, height={px}, stats=False, slider='canvas')\n"
     "ex",
 ]
-RSS = "gc.collect(); print('TSE ' + json.dumps({'rss': psutil.Process().memory_info().rss}))"
+RSS = ("gc.collect(); _e = tse.get_engine()\n"
+       "print('TSE ' + json.dumps({'rss': psutil.Process().memory_info().rss, 'cache': _e.cache.bytes_now, "
+       "'encoded': _e.cache.encoded_bytes, 'objects': len(gc.get_objects())}))")
+#: seconds between two samples of the kernel's memory during the soak
+SAMPLE_EVERY = 15.0
 KINDS = ("jump", "step", "pan", "zoom")
 
 
@@ -105,12 +110,13 @@ def _heap(page: Any) -> int:
     return int(page.page.send("Runtime.getHeapUsage")["usedSize"])
 
 
-def _rss(page: Any) -> int:
+def _memory(page: Any) -> dict[str, int]:
+    """The kernel's RSS, the engine cache's bytes (decoded, encoded) and Python's objects."""
     from tsexplore.testing.lab import EXECUTE
 
     told = str(page.call(EXECUTE, RSS))
     line = next(t for t in told.splitlines() if t.startswith("TSE "))
-    return int(json.loads(line[4:])["rss"])
+    return {k: int(v) for k, v in json.loads(line[4:]).items()}
 
 
 def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
@@ -185,19 +191,24 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
                     wrong.append({k: got[k] for k in ("gen", "index", "extent", "shape", "clim", "mode")}
                                  | {"why": why or f"hash {got['hash']} != {want}"})
 
+        series: list[dict[str, Any]] = []
+
         def run(n: int | None, until: float | None) -> None:
-            k = 0
+            k, sampled = 0, time.monotonic()
             while (n is not None and k < n) or (until is not None and time.monotonic() < until):
                 before = page.call(PAINTED)
                 move(rng.choice(KINDS))
                 check(before)
                 time.sleep(rng.uniform(0.02, 0.2))
                 k += 1
+                if until is not None and time.monotonic() - sampled > SAMPLE_EVERY:
+                    sampled = time.monotonic()
+                    series.append({"t": round(sampled - start["time"], 1), **_memory(page)})
 
         run(warmup, None)
-        start = {"rss": _rss(page), "js_heap": _heap(page), "time": time.monotonic()}
+        start = {**_memory(page), "js_heap": _heap(page), "time": time.monotonic()}
         run(None, time.monotonic() + seconds)
-        end = {"rss": _rss(page), "js_heap": _heap(page), "time": time.monotonic()}
+        end = {**_memory(page), "js_heap": _heap(page), "time": time.monotonic()}
         errors = page.call("() => window.__tse_errors || []")
         canvas = page.call("() => { const s = [...window.__tse_canvases][0]; return {...s.counts}; }")
         shot = workdir / "ui_soak.png"
@@ -210,6 +221,8 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
         "seconds": end["time"] - start["time"], "frame": [px, px], "seed": seed, "warmup_moves": warmup,
         "moves": moves, "frames": frames, "wrong_frames": wrong, "canvas_counts": canvas,
         "rss_start": start["rss"], "rss_end": end["rss"], "rss_growth_pct": growth("rss"),
+        "cache_start": start["cache"], "cache_end": end["cache"], "objects_start": start["objects"],
+        "objects_end": end["objects"], "memory_series": series,
         "js_heap_start": start["js_heap"], "js_heap_end": end["js_heap"], "js_heap_growth_pct": growth("js_heap"),
         "console_errors": len(errors), "console_error_texts": errors[:20], "screenshot": str(shot),
     }
@@ -221,7 +234,8 @@ def describe(s: dict[str, Any]) -> str:
             f"({', '.join(f'{k} {v}' for k, v in m.items())}); frames painted {f['painted']}, checked "
             f"{f['checked']}, wrong {f['wrong']} (moves with no new frame in 5 s: {f['no_new_frame']}); "
             f"kernel RSS {s['rss_start'] / 1e6:.0f} -> {s['rss_end'] / 1e6:.0f} MB "
-            f"({s['rss_growth_pct']:+.1f} %), JS heap {s['js_heap_start'] / 1e6:.1f} -> "
+            f"({s['rss_growth_pct']:+.1f} %; its engine cache {s['cache_start'] / 1e6:.0f} -> "
+            f"{s['cache_end'] / 1e6:.0f} MB, Python objects {s['objects_start']} -> {s['objects_end']}), JS heap {s['js_heap_start'] / 1e6:.1f} -> "
             f"{s['js_heap_end'] / 1e6:.1f} MB ({s['js_heap_growth_pct']:+.1f} %); console errors "
             f"{s['console_errors']}")
 
