@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only: random slider, pan and zoom moves in the browser for SECONDS "
                          "(default 600), every frame checked, RSS / JS heap / console errors "
                          "(benchmarks/ui_soak.py)")
+    ap.add_argument("--soak-moves", default="jump,step,pan,zoom",
+                    help="the soak's kinds of move, comma-separated (default: all four)")
     ap.add_argument("--under-load", action="store_true",
                     help="the Explorer idle and while background reductions scan the same cube")
     ap.add_argument("--stages", action="store_true",
@@ -281,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             from .ui_soak import soak
 
             with tempfile.TemporaryDirectory(prefix="tse-ui-soak-") as tmp:
-                result["soak"] = soak(cube(args, n).resolve(), n, args.soak, Path(tmp), seed=args.seed + 7)
+                result["soak"] = soak(cube(args, n).resolve(), n, args.soak, Path(tmp), seed=args.seed + 7,
+                                      kinds=tuple(k for k in args.soak_moves.split(",") if k))
                 kept = ROOT / "test-artifacts" / "bench" / "ui_soak.png"
                 kept.parent.mkdir(parents=True, exist_ok=True)
                 if os.path.exists(result["soak"]["screenshot"]):

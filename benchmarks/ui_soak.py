@@ -120,8 +120,11 @@ def _memory(page: Any) -> dict[str, int]:
 
 
 def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
-         warmup: int = 30) -> dict[str, Any]:
-    """Random slider, pan and zoom moves for ``seconds``; see the module docstring."""
+         warmup: int = 30, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+    """Random slider, pan and zoom moves (of ``kinds``) for ``seconds``; see the module docstring."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"soak moves must be some of {KINDS}, got {kinds}")
     import zarr
 
     from tsexplore.testing.lab import jupyterlab
@@ -130,7 +133,7 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
 
     cube = np.asarray(zarr.open_group(str(path), mode="r")["temp"][...])  # the truth, in memory
     rng = random.Random(seed)
-    moves = dict.fromkeys(KINDS, 0)
+    moves = dict.fromkeys(kinds, 0)
     frames = {"painted": 0, "checked": 0, "wrong": 0, "no_new_frame": 0}
     wrong: list[dict[str, Any]] = []
     with jupyterlab(workdir) as (url, token), open_page("cdp", workdir / "profile") as page:
@@ -197,7 +200,7 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
             k, sampled = 0, time.monotonic()
             while (n is not None and k < n) or (until is not None and time.monotonic() < until):
                 before = page.call(PAINTED)
-                move(rng.choice(KINDS))
+                move(rng.choice(kinds))
                 check(before)
                 time.sleep(rng.uniform(0.02, 0.2))
                 k += 1
