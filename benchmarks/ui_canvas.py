@@ -53,7 +53,14 @@ CANVAS_FIRST = "document.querySelector('.tse-canvas')?.dataset.index === '0'"
 # canvas painted the frame of the wanted index (as the Explorer's move ends after its patch)
 CANVAS_ARM = """(handle) => {
   const h = document.querySelector(handle);
-  if (!h.__tse) { h.addEventListener('keydown', () => { window.__tse_t0 = performance.now(); }, true); h.__tse = 1; }
+  if (!h.__tse) {
+    h.addEventListener('keydown', () => {
+      window.__tse_t0 = performance.now();
+      const w = window.__tse_ws; // the tally at each timed key press: messages per move
+      if (w && w.on) (window.__tse_marks = window.__tse_marks || []).push([w.nrecv, w.nsent]);
+    }, true);
+    h.__tse = 1;
+  }
   const root = document.querySelector('.tse-canvas');
   if (!root.__tse) {
     root.addEventListener('tse-paint', (e) => {

@@ -162,21 +162,31 @@ def timed_moves(page: Page, handle: str, timed: str, want: Any, moves: int, warm
     latencies = []
     for i in range(1, warmup + moves + 1):
         if i == warmup + 1:
-            page.call("() => { Object.assign(window.__tse_ws, {recv: 0, sent: 0, nrecv: 0, nsent: 0, on: true}); }")
+            page.call("() => { Object.assign(window.__tse_ws, {recv: 0, sent: 0, nrecv: 0, nsent: 0, on: true}); "
+                      "window.__tse_marks = []; }")
         page.press("ArrowRight")
         ms = page.call(timed, want(i))
         if i > warmup:
             latencies.append(ms)
         time.sleep(0.05 + rng.uniform(0, 1 / 60))
     time.sleep(0.5)
-    traffic = page.call("() => { window.__tse_ws.on = false; return window.__tse_ws; }")
+    traffic = page.call("() => { window.__tse_ws.on = false; "
+                        "return Object.assign({marks: window.__tse_marks || []}, window.__tse_ws); }")
     return latencies, traffic
+
+
+def per_move(traffic: dict[str, Any]) -> list[tuple[int, int]]:
+    """Messages (received, sent) from each timed key press to the next (the last: to the end
+    of the count), from the tally the page took at each press."""
+    marks = [tuple(m) for m in traffic.get("marks", [])] + [(traffic["nrecv"], traffic["nsent"])]
+    return [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])]
 
 
 def summary(kind: str, latencies: list[float], traffic: dict[str, Any], px: int, moves: int,
              warmup: int) -> dict[str, Any]:
     ok = [v for v in latencies if v >= 0]
     pixels = px * px
+    counts = [r + s for r, s in per_move(traffic)]
     return {
         "page": kind, "frame": [px, px], "moves": moves, "warmup": warmup,
         "timed_out": len(latencies) - len(ok),
@@ -186,8 +196,12 @@ def summary(kind: str, latencies: list[float], traffic: dict[str, Any], px: int,
         "bytes_per_frame": traffic["recv"] / moves,
         "bytes_per_pixel": traffic["recv"] / moves / pixels,
         "bytes_sent_back_per_frame": traffic["sent"] / moves,
+        # the mean over the timed moves (stray messages included: a viewport, a lone ack), and
+        # each move's own count (key press to the next one): median and most
         "ws_messages_per_move": {"received": traffic["nrecv"] / moves, "sent": traffic["nsent"] / moves,
-                                 "total": (traffic["nrecv"] + traffic["nsent"]) / moves},
+                                 "total": (traffic["nrecv"] + traffic["nsent"]) / moves,
+                                 "median": float(np.median(counts)) if counts else None,
+                                 "max": max(counts) if counts else None},
         "displayed_pixels": pixels,
         "bytes_limit": 2 * pixels * 4,
     }
@@ -208,6 +222,7 @@ EXPLORER_FIRST = "document.querySelector('.tse-canvas')?.dataset.index === '0'"
 # the slider moves (the visible reads must win)
 LOAD_CELL = (
     "import threading\n"
+    "tse.config.set(visible_first={visible_first})\n"
     "_stop, _scans = threading.Event(), []\n"
     "def _scan():\n"
     "    while not _stop.is_set():\n"
@@ -219,20 +234,23 @@ LOAD_CELL = (
     "_loader = threading.Thread(target=_scan, name='tse-bench-load', daemon=True)\n"
     "_loader.start()"
 )
-LOAD_STOP = "_stop.set(); _loader.join(60); import json; print('TSE ' + json.dumps({'scans': len(_scans)}))"
+LOAD_STOP = ("_stop.set(); _loader.join(60); import json; _a = tse.get_engine().activity\n"
+             "print('TSE ' + json.dumps({'scans': len(_scans), 'pauses': _a.pauses, "
+             "'paused_s': round(_a.paused_seconds, 2)}))")
 
 
 def explorer_page(page: Page, url: str, token: str, workdir: Path, path: Path, px: int, moves: int,
-                  warmup: int, seed: int, slider: str = "canvas", load: bool = False) -> dict[str, Any]:
+                  warmup: int, seed: int, slider: str = "canvas", load: str = "") -> dict[str, Any]:
     """The Explorer (its slider in the canvas or an ipywidgets one): slider-to-pixel latency
     and websocket traffic per move, timed as the bare canvas (``tse-paint`` of the index);
-    ``load``: while background reductions of the same cube run (``LOAD_CELL``)."""
+    ``load="load"``: while background reductions of the same cube run (``LOAD_CELL``);
+    ``"loadoff"``: the same with ``visible_first=False`` (the reductions do not yield)."""
     from .ui_canvas import CANVAS_ARM, CANVAS_MOVE, EXECUTE, HANDLES
 
-    name = ("explorer" if slider == "canvas" else f"explorer-{slider}") + ("-load" if load else "")
+    name = ("explorer" if slider == "canvas" else f"explorer-{slider}") + (f"-{load}" if load else "")
     cells = [c.format(path=str(path), warm=moves + warmup + 2, px=px, slider=slider) for c in EXPLORER_CELLS]
     if load:
-        cells.append(LOAD_CELL)
+        cells.append(LOAD_CELL.format(visible_first=load == "load"))
     open_notebook(page, url, token, workdir, name, cells)
     page.wait_for(EXPLORER_FIRST)
     time.sleep(1.0)

@@ -128,6 +128,12 @@ def test_encoding_follows_the_measured_link():
         small.record(65536, 0.075)
     assert choose_encoding(n, busy, costs) == "raw"
     assert choose_encoding(65536, small, costs) == "raw"
+    # a loaded machine: most 1 MiB acks late (90 ms), one in four at the link's speed: the
+    # link is fast, the machine busy -- compressing would only add CPU work
+    loaded = LinkEstimator()
+    for k in range(16):
+        loaded.record(n, 0.002 + (0.09 if k % 4 else n / 200e6))
+    assert choose_encoding(n, loaded, costs) == "raw"
     assert choose_encoding(n, slow, costs, allowed=("raw",)) == "raw"
     # measured costs replace the priors: a codec that barely compresses is not worth it
     bad = encode_indices(np.random.default_rng(2).integers(0, 256, (256, 256), dtype=np.uint8), "png")

@@ -399,3 +399,61 @@ def test_inline_cached_views_are_shown_before_update_returns():
         assert ctl.wait(gen, timeout=10).request.state.index("time") == 2
         assert threads[-1] == f"tsexplore-view-{ctl.id}"
         assert ctl.counts["reads"] == 3 and ctl.counts["frames"] == 3
+
+
+# -- frames made ahead (a steadily stepping slider) ------------------------------------------------
+
+
+def test_a_steady_slider_gets_its_next_frame_made_ahead_and_it_is_the_right_one():
+    """inline_cached: after two moves of the same step, the next step's frame is made on the
+    view thread; the move that asks for it gets it (the same data and colours as a frame made
+    then), and a frame made ahead for other colour settings or another view is never shown."""
+    src = SyntheticSource((12, 96, 128), (2, 32, 64), options=NO_PREFETCH)
+    engine = get_engine()
+    engine.fetch(src, [(t, y, x) for t in range(6) for y in range(3) for x in range(2)])  # all cached
+    view = FakeView()
+    state = ViewState(height=96, width=128)
+    with ViewController(src, PlaneGeometry.of(src, "y", "x"), engine=engine, view=view, state=state,
+                        inline_cached=True) as ctl:
+
+        def shown(t, clim=None):
+            frame = view.frames[-1]
+            want = src.evaluate((slice(t, t + 1), slice(0, 96), slice(0, 128)))[0]
+            assert frame.request.state.index("time") == t and frame.generation == ctl.generation
+            np.testing.assert_array_equal(frame.data, want)
+            np.testing.assert_array_equal(frame.image, to_uint8(want, clim or robust_range(want)))
+            return frame
+
+        ctl.update(indices={"time": 1})
+        ctl.update(indices={"time": 2})  # the same step twice: the frame of time 3 is made ahead
+        wait_for(lambda: ctl.ahead.made == 1, "the frame of time 3 made ahead")
+        assert ctl.ahead.used == 0
+        ctl.update(indices={"time": 3})
+        assert ctl.ahead.used == 1
+        shown(3)
+        wait_for(lambda: ctl.ahead.made == 2, "the frame of time 4 made ahead")
+        ctl.clim = (-1.0, 1.0)  # made with the robust range: not shown
+        ctl.update(indices={"time": 4})
+        assert ctl.ahead.used == 1
+        shown(4, (-1.0, 1.0))
+        wait_for(lambda: ctl.ahead.made == 3, "the frame of time 5 made ahead")
+        ctl.update(indices={"time": 5}, y_range=(-0.5, 47.5))  # another view: not the one made
+        assert ctl.ahead.used == 1
+        assert view.frames[-1].data.shape[0] < 96
+        ctl.update(indices={"time": 3}, y_range=None)  # a jump back, the whole view: nothing made
+        assert ctl.ahead.used == 1 and not ctl.ahead.has_job and ctl.ahead.made == 3
+        ctl.update(indices={"time": 4})  # one step is no steady step either
+        ctl.update(indices={"time": 5})
+        wait_for(lambda: ctl.ahead.made == 4, "the frame of time 6 made ahead")
+        ctl.update(indices={"time": 6})
+        assert ctl.ahead.used == 2
+        shown(6, (-1.0, 1.0))
+    assert ctl.counts["errors"] == 0 and not view.errors
+
+
+def wait_for(cond, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)

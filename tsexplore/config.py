@@ -24,6 +24,13 @@ Environment variables (all optional):
   fetches the whole stored frame and the cache keeps it (the encoded tier): ``remote``
   (default; local files read only the blocks' bytes and the page cache holds the rest),
   ``always`` or ``never``.
+- ``TSEXPLORE_VISIBLE_FIRST``: ``0`` lets PLANNED and SPECULATIVE reads start while VISIBLE
+  reads are queued or running, and background streams (reductions, region statistics) go on
+  while a view is busy; by default visible work wins (:mod:`tsexplore.engine.activity`).
+- ``TSEXPLORE_VISIBLE_GRACE``: seconds background streams still wait after a view's frame
+  went out (default 0.5: the user is likely to move again, the frame is still being painted).
+- ``TSEXPLORE_BACKGROUND_WAIT``: the longest a background stream waits for visible work per
+  chunk (default 1.0 s), so it always moves on.
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ class Settings:
     remote_reader: str = "auto"
     keep_stored: str = "remote"
     partial_decode: bool = True
+    visible_first: bool = True
+    visible_grace: float = 0.5
+    background_wait: float = 1.0
 
 
 def _from_env() -> Settings:
@@ -83,6 +93,9 @@ def _from_env() -> Settings:
             remote_reader=env.get("TSEXPLORE_REMOTE_READER", "auto"),
             keep_stored=env.get("TSEXPLORE_KEEP_STORED", "remote"),
             partial_decode=env.get("TSEXPLORE_PARTIAL_DECODE", "1") != "0",
+            visible_first=env.get("TSEXPLORE_VISIBLE_FIRST", "1") != "0",
+            visible_grace=float(env.get("TSEXPLORE_VISIBLE_GRACE", 0.5)),
+            background_wait=float(env.get("TSEXPLORE_BACKGROUND_WAIT", 1.0)),
         )
     except ValueError as exc:
         raise ConfigError(f"a TSEXPLORE_* environment variable is not a number: {exc}") from exc

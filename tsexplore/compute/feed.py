@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from .. import config
+from ..engine import get_engine
 from ..engine.lookahead import look_ahead
 from ..resolve import SelectionSource, engine_backed, fallback_source, try_resolve
 from ..sources.base import ChunkIndex, ChunkSource
@@ -59,17 +60,25 @@ def feed_for(da: xr.DataArray) -> Feed:
 def read_locally(
     source: ChunkSource, order: Iterable[ChunkIndex], *, threads: int = 2, ahead: int = 4
 ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
-    """Yield ``(index, chunk)`` in ``order``, reading ``ahead`` chunks on our own threads."""
+    """Yield ``(index, chunk)`` in ``order``, reading ``ahead`` chunks on our own threads;
+    each chunk waits while a view is busy (``Engine.activity``), as an engine stream's do."""
     read = getattr(source, "read_chunk_sync", None)
     if read is None:  # pragma: no cover - every wrapper we build is synchronous
         raise TypeError(f"{source!r} cannot be read synchronously")
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="tsexplore-reduce-read")
     timeout = config.get().wait_timeout
+    activity = get_engine().activity
+
+    def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
+        chunk = fut.result(timeout=timeout)[0]
+        activity.wait_quiet()  # visible work wins, as in Engine.stream
+        return chunk  # type: ignore[no-any-return]
+
     try:
         yield from look_ahead(
             (tuple(index) for index in order),
             lambda index: pool.submit(read, index),
-            lambda index, fut: fut.result(timeout=timeout)[0],
+            wait,
             ahead=ahead,
             abandon=lambda fut: fut.cancel(),
         )

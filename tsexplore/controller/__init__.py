@@ -4,7 +4,9 @@ The Explorer widget (``tsexplore/ui``) is a thin face over :class:`ViewControlle
 controller never imports a widget library and is tested with a mock :class:`View`.
 
 - :mod:`.planning` (pure): :class:`PlaneGeometry`, :class:`ViewState`, :func:`resolve` ->
-  :class:`ViewRequest`, and the colour mapping (:func:`robust_range`, :func:`to_uint8`).
+  :class:`ViewRequest`.
+- :mod:`.colour` (pure): a frame's colour range (:func:`robust_range`), 8-bit colour indices
+  (:func:`to_uint8`) and histogram (:func:`frame_histogram`), in reused scratch buffers.
 - :mod:`.view`: :class:`ViewController` and the :class:`View` it reports to.
 - :mod:`.profile`: the profile through one pixel, streamed chunk by chunk (:class:`Profile`).
 - :mod:`.levels` (pure): pyramid levels (:class:`ViewLevel`) and :func:`plan_view`: the level
@@ -14,21 +16,17 @@ controller never imports a widget library and is tested with a mock :class:`View
   (:class:`RoiStats`).
 """
 
+from .colour import Histogram, frame_histogram, log_counts, robust_range, to_uint8
 from .levels import ViewLevel, ViewPlan, plan_view, tile_requests
 from .planning import (
     FRAME_MODES,
     Extent,
     Frame,
-    Histogram,
     PlaneGeometry,
     Range,
     ViewRequest,
     ViewState,
-    frame_histogram,
-    log_counts,
     resolve,
-    robust_range,
-    to_uint8,
 )
 from .profile import Profile, profile_chunks, stream_profile
 from .roi import RoiStats, roi_plan, stream_roi

@@ -10,9 +10,8 @@
   even one sample per pixel would touch more than ``max_chunks`` chunks (a far zoomed-out view
   of a huge plane, no pyramid), the strides grow until it does not: the frame gets coarser
   rather than the engine being flooded.
-- :func:`robust_range` and :func:`to_uint8`: the colour range and the 8-bit colour indices;
-  :func:`frame_histogram`: the 256-bin histogram of a frame sent with it (the contrast
-  histogram under the image).
+- the colour range, the 8-bit colour indices and the histogram of a frame are in
+  :mod:`.colour`.
 - a *channel* dim (``PlaneGeometry.channel``) is read whole with the plane: each channel is
   quantised over its own range and the browser blends them (an additive composite, or the
   colours themselves for RGB(A) ``uint8``: ``PlaneGeometry.rgb``).
@@ -30,13 +29,12 @@ from ..engine.planning import plan_selection
 from ..errors import ConfigError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
+from .colour import Histogram
 
 Range = tuple[float, float]
 #: dim names taken for a channel dim (when of at most MAX_CHANNELS values)
 CHANNEL_NAMES = ("c", "channel", "channels", "band", "bands", "wavelength")
 MAX_CHANNELS = 8
-HIST_BINS = 256
-OUTSIDE = HIST_BINS + 8  # the float32 bin of values not counted
 Extent = tuple[Range, Range]  # ((y_lo, y_hi), (x_lo, x_hi)): edges in index coordinates
 
 
@@ -240,108 +238,6 @@ def resolve(
         channel_axis=None if geom.channel is None else
         [d for d in geom.dims if d in (geom.ydim, geom.xdim, geom.channel)].index(geom.channel),
     )
-
-
-# -- colour: pure NumPy, run on the view thread -------------------------------------------
-
-
-def robust_range(data: np.ndarray, percentiles: tuple[float, float] = (2.0, 98.0)) -> Range:
-    """Percentiles of the finite values of ``data`` (subsampled to <= 65536 values)."""
-    flat = np.asarray(data).ravel()
-    if flat.size > 65536:
-        flat = flat[:: flat.size // 65536]
-    flat = flat[np.isfinite(flat)]
-    if flat.size == 0:
-        return (0.0, 1.0)
-    lo, hi = (float(v) for v in np.percentile(flat, percentiles))
-    if hi <= lo:
-        hi = lo + (abs(lo) * 1e-6 or 1.0)
-    return (lo, hi)
-
-
-def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
-    """Map ``data`` to colour indices 1..255 over ``clim``; NaN (and inf) becomes 0."""
-    lo, hi = float(clim[0]), float(clim[1])
-    scale = 254.0 / (hi - lo) if hi > lo else 0.0
-    x = (np.asarray(data, dtype=np.float32) - np.float32(lo)) * np.float32(scale)
-    bad = ~np.isfinite(x)
-    np.clip(x, 0, 254, out=x)
-    x[bad] = -1
-    out = (x + 1.5).astype(np.uint8)
-    return out
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """The histogram of one channel of a frame: ``counts`` of the finite values in
-    :data:`HIST_BINS` equal bins over ``range`` (which holds both the values and the colour
-    range, so both handles always lie on it)."""
-
-    counts: np.ndarray = field(repr=False)
-    range: Range
-
-    def log_bytes(self) -> bytes:
-        """What travels to the browser: ``round(255 * log1p(count) / log1p(max))`` per bin
-        (``HIST_BINS`` bytes; the browser draws log counts)."""
-        return log_counts(self.counts).tobytes()
-
-
-def log_counts(counts: np.ndarray) -> np.ndarray:
-    """Counts as ``uint8`` log heights: ``round(255 * log1p(c) / log1p(max(c)))``."""
-    c = np.asarray(counts, dtype=np.float64)
-    top = float(c.max()) if c.size else 0.0
-    if top <= 0:
-        return np.zeros(c.shape, np.uint8)
-    return np.floor(255.0 * np.log1p(c) / np.log1p(top) + 0.5).astype(np.uint8)
-
-
-def histogram_range(data: np.ndarray, clim: Range) -> Range:
-    """The span a histogram covers: the finite values' min..max and the colour range."""
-    lo, hi = float(clim[0]), float(clim[1])
-    with np.errstate(all="ignore"):
-        flat = np.asarray(data)
-        dmin, dmax = (float(np.nanmin(flat)), float(np.nanmax(flat))) if flat.size else (lo, hi)
-        if np.isinf(dmin) or np.isinf(dmax):  # infinities are not counted: the finite span
-            finite = flat[np.isfinite(flat)]
-            dmin, dmax = (float(finite.min()), float(finite.max())) if finite.size else (lo, hi)
-    if np.isfinite(dmin):
-        lo = min(lo, dmin)
-    if np.isfinite(dmax):
-        hi = max(hi, dmax)
-    if not hi > lo:
-        hi = lo + 1.0
-    # HIST_BINS distinct edges even in float32 (NumPy makes a float32 frame's edges float32):
-    # a near-constant frame's range (robust_range widens it by 1e-6) is widened to that
-    least = 4.0 * HIST_BINS * float(np.spacing(np.float32(max(abs(lo), abs(hi)))))
-    if hi - lo < least:
-        hi = lo + least
-    return (lo, hi)
-
-
-def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
-    """:data:`HIST_BINS` bins of the finite values of ``data`` over :func:`histogram_range`,
-    equal to NumPy's ``np.histogram(finite, HIST_BINS, range)`` (bin ``k`` holds
-    ``edge[k] <= v < edge[k + 1]``, the last one also ``v == hi``). Made in float32 (a few
-    passes over the frame); the values within rounding of an edge are placed again by NumPy
-    itself (its edges are of the data's float type)."""
-    rng = histogram_range(data, clim)
-    lo, hi = rng
-    flat = np.asarray(data).ravel()
-    if flat.dtype.kind in "iub" or flat.size < 4096:
-        values = flat if flat.dtype.kind in "iub" else flat[np.isfinite(flat)]
-        return Histogram(np.histogram(values, HIST_BINS, rng)[0].astype(np.int64), rng)
-    with np.errstate(all="ignore"):
-        x = (flat.astype(np.float32, copy=False) - np.float32(lo)) * np.float32(HIST_BINS / (hi - lo))
-        x[~np.isfinite(x)] = OUTSIDE  # NaN (and inf) are not counted
-        near = np.abs(x - np.rint(x)) < 1e-3  # within float32 rounding of an edge
-    k = x.astype(np.int32)
-    counts = np.bincount(k, minlength=OUTSIDE + 1)
-    if near.any():  # placed again, exactly: out of the float32 bins, into NumPy's
-        counts -= np.bincount(k[near], minlength=counts.size)
-        v = flat[near]
-        counts[:HIST_BINS] += np.histogram(v[np.isfinite(v)], HIST_BINS, rng)[0]
-    counts = counts[:HIST_BINS].astype(np.int64)
-    return Histogram(counts, rng)
 
 
 #: how a frame is painted: the whole picture, an overview kept under the others, or one

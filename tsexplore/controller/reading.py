@@ -11,6 +11,7 @@ works per level.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -22,8 +23,9 @@ from ..engine.array import assemble, read_selection
 from ..engine.planning import plan_selection
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkIndex
+from .colour import frame_histogram, robust_range, to_uint8
 from .levels import ViewLevel, tile_requests
-from .planning import Frame, Range, ViewRequest, frame_histogram, robust_range, to_uint8
+from .planning import Frame, Range, ViewRequest
 
 #: a colour range per channel (None: that channel's robust range)
 ChannelRanges = tuple[Range | None, ...]
@@ -68,16 +70,30 @@ def _per_channel(clim: Any) -> bool:
     return clim is not None and len(clim) > 0 and (clim[0] is None or not np.isscalar(clim[0]))
 
 
-def read_frame(engine: Engine, level: ViewLevel, request: ViewRequest, *, channel: str,
+def read_frame(engine: Engine, level: ViewLevel, request: ViewRequest, *, channel: str | None,
                clim: Range | ChannelRanges | None, percentiles: tuple[float, float],
                timeout: float | None, started: float, mode: str = "replace",
-               final: bool = True) -> Frame:
-    """Read ``request`` of ``level`` and colour it (over ``clim``, or its robust range)."""
-    data = read_selection(level.source, request.key, channel=channel, generation=request.generation,
-                          timeout=timeout, engine=engine)
+               final: bool = True, ahead: bool = False) -> Frame:
+    """Read ``request`` of ``level`` and colour it (over ``clim``, or its robust range).
+    ``ahead``: a frame made before it is asked for (SPECULATIVE: no hits counted, nothing the
+    prefetcher learns from; :func:`note_cached_read` tells the engine once it is shown)."""
+    data = read_selection(level.source, request.key, Priority.SPECULATIVE if ahead else Priority.VISIBLE,
+                          channel=channel, generation=request.generation, timeout=timeout, engine=engine)
     data = _oriented(data, request)
     return colour_frame(request, data, clim, percentiles, time.perf_counter() - started, mode, final,
                         rgb=level.plane.rgb)
+
+
+def note_cached_read(engine: Engine, level: ViewLevel, request: ViewRequest, *, channel: str) -> None:
+    """Tell the engine of a read of ``request`` answered by a frame made ahead, as
+    :func:`read_frame` would of its cached read: the hits (and the cache's recency), the
+    channel's generation, the prefetcher's view of the access."""
+    source = level.source
+    plan = plan_selection(request.key, source.shape, source.chunks)
+    engine.request_mixed(source, list(plan.chunk_indices()), Priority.VISIBLE, channel=channel,
+                         generation=request.generation)
+    engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
+    engine.prefetcher.observe_soon(source, plan, False, request.key)
 
 
 def read_tiles(engine: Engine, level: ViewLevel, request: ViewRequest, order: Sequence[ChunkIndex], *,

@@ -33,6 +33,7 @@ from ..engine.levels import LevelGeometry
 from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
+from .ahead import FramesAhead, next_step
 from .levels import (
     QUICK_CHUNKS,
     ViewLevel,
@@ -44,11 +45,13 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, ProfileStreams
-from .reading import ChannelRanges, read_frame, read_tiles
+from .reading import ChannelRanges, note_cached_read, read_frame, read_tiles
 from .roi import Region, RoiStats, RoiStreams
 
 #: seconds between two partial profiles sent to the view while one streams
 PROFILE_INTERVAL = 0.2
+#: what the view thread's queue hands it when a frame is to be made ahead (see .ahead)
+_AHEAD: tuple[int, ViewState] = (-1, ViewState())
 
 
 class View(Protocol):
@@ -137,6 +140,10 @@ class ViewController:
         self._pinned: list[Any] = []
         self._profiles = ProfileStreams(self, name=f"tsexplore-profile-{self.id}", interval=PROFILE_INTERVAL)
         self._rois = RoiStreams(self, name=f"tsexplore-roi-{self.id}", interval=PROFILE_INTERVAL)
+        #: the frame a steadily stepping slider shows next, made ahead (``inline_cached``)
+        self.ahead = FramesAhead()
+        self._step: tuple[str, int] | None = None
+        self._last_step: tuple[str, int] | None = None
         self._closed = False
         #: counters: updates received, generations read, frames delivered (pieces included),
         #: cancelled, errors, and reads shown progressively (a coarser level first)
@@ -226,10 +233,15 @@ class ViewController:
         with self._cond:
             state = self._state.evolve(**changes)
             self._check_indices(state)
+            if self.inline_cached:  # the same step twice: the next one's frame is made ahead
+                step = next_step(self._state, state, self.geometry.slider_dims)
+                self._step = step if step is not None and step == self._last_step else None
+                self._last_step = step
             self._generation += 1
             gen = self._generation
             self._state = state
             self.counts["updates"] += 1
+            self.engine.activity.hold(self.channel)  # background streams wait (engine.activity)
             inline = (self.inline_cached and self._outstanding is None and self._pending is None
                       and threading.current_thread() is not self._thread)
             if inline:
@@ -251,13 +263,51 @@ class ViewController:
         if not plan.progressive and all(self._is_cached(plan.target, c) for c in plan.steps[-1].chunks):
             with self._cond:
                 self.counts["reads"] += 1
-            self._run_job(generation, state)
+            self._run_job(generation, state, self.ahead.take(state, self._colour(), plan.steps[-1]))
+            self._want_next(state)
             return
         with self._cond:
             self._outstanding = None
             if self._pending is None or self._pending[0] < generation:
                 self._pending = (generation, state)
             self._cond.notify_all()
+
+    def _colour(self) -> tuple[Any, ...]:
+        """The colour settings a frame is made with (a frame made ahead must match them)."""
+        return (self.clim, self.percentiles)
+
+    def _want_next(self, state: ViewState) -> None:
+        """After a steady step, make the next step's frame ahead on the view thread."""
+        step = self._step
+        if step is None:
+            return
+        dim, d = step
+        i = state.index(dim) + d
+        g = self.geometry
+        if not 0 <= i < g.shape[g.axis(dim)]:
+            return
+        self.ahead.want(state.evolve(indices={dim: i}), self._colour())
+        with self._cond:
+            self._cond.notify_all()
+
+    def _make_ahead(self, state: ViewState) -> Frame | None:
+        """The frame of ``state`` when every chunk it needs is cached (view thread), else None."""
+        try:
+            plan = self.plan(state, 0)
+            target = plan.steps[-1]
+            if plan.progressive or not all(self._is_cached(target.level, c) for c in target.chunks):
+                return None
+            return read_frame(self.engine, self.levels[target.level], target, channel=None, clim=self.clim,
+                              percentiles=self.percentiles, timeout=self.timeout,
+                              started=time.perf_counter(), ahead=True)
+        except Exception:  # noqa: BLE001 - made as always when its state is asked for
+            return None
+
+    def _release_if_idle_locked(self) -> None:
+        """Nothing pending or in flight: the view no longer holds the engine's activity."""
+        if self._pending is None and self._outstanding is None:
+            self.engine.activity.release(self.channel)
+
     def _cancel_stale(self) -> None:
         """Cancel the queued chunk reads of the read in flight when a newer request waits.
 
@@ -313,10 +363,12 @@ class ViewController:
     # -- the view thread -------------------------------------------------------------------
     def _next_request(self) -> tuple[int, ViewState] | None:
         with self._cond:
-            while self._pending is None and not self._closed:
+            while self._pending is None and not self._closed and not self.ahead.has_job:
                 self._cond.wait(0.5)
             if self._closed:
                 return None
+            if self._pending is None:
+                return _AHEAD
             job = self._pending
             self._pending = None
             self._outstanding = job
@@ -326,21 +378,28 @@ class ViewController:
 
     def _run(self) -> None:
         while (job := self._next_request()) is not None:
+            if job is _AHEAD:
+                wish = self.ahead.take_job()
+                if wish is not None:
+                    self.ahead.make(wish, self._make_ahead)
+                continue
             self._run_job(*job)
 
-    def _run_job(self, generation: int, state: ViewState) -> None:
+    def _run_job(self, generation: int, state: ViewState, ahead: Frame | None = None) -> None:
         try:
-            self._show(generation, state)
+            self._show(generation, state, ahead)
         except RequestCancelledError:
             with self._cond:
                 self.counts["cancelled"] += 1
                 self._outstanding = None
+                self._release_if_idle_locked()
                 self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
             with self._cond:
                 self.counts["errors"] += 1
                 self.last_error = exc
                 self._outstanding = None
+                self._release_if_idle_locked()
                 self._cond.notify_all()
             if self.view is not None and not self._closed:
                 self.view.show_error(exc)
@@ -348,9 +407,14 @@ class ViewController:
     def _stale(self, generation: int) -> bool:
         return self._closed or self._generation > generation
 
-    def _show(self, generation: int, state: ViewState) -> None:
-        """Read and deliver one generation: one frame, or a coarser base and then tiles."""
+    def _show(self, generation: int, state: ViewState, ahead: Frame | None = None) -> None:
+        """Read and deliver one generation: one frame, or a coarser base and then tiles
+        (``ahead``: its frame, made ahead: the engine is told of the read, then it goes)."""
         started = time.perf_counter()
+        if ahead is not None:
+            note_cached_read(self.engine, self.levels[ahead.request.level], ahead.request, channel=self.channel)
+            self._deliver(replace(ahead, elapsed=time.perf_counter() - started))
+            return
         plan = self.plan(state, generation)
         target = plan.steps[-1]
         level = self.levels[target.level]
@@ -385,6 +449,7 @@ class ViewController:
         with self._cond:
             if complete:
                 self._outstanding = None
+                self._release_if_idle_locked()
             if fresh and complete:
                 self._delivered = frame.generation
                 self._frame = frame
@@ -450,12 +515,14 @@ class ViewController:
                 return
             self._closed = True
             self._pending = None
+            self.ahead.drop()
             timer, self._cancel_timer = self._cancel_timer, None
             self._cond.notify_all()
         if timer is not None:
             timer.cancel()
         if not self.engine.closed:
             self.engine.cancel(self.channel)
+        self.engine.activity.release(self.channel)
         for thread in (self._thread, self.profile_thread, self._rois.thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)

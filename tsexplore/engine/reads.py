@@ -61,6 +61,7 @@ class Read:
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
     group: Hashable | None = None  # reads with the same group may run as one batch
     companion: bool = False  # rides in another read's batch (holds no slot)
+    visible: bool = False  # counted in ReadTable.visible (VISIBLE now; priorities only rise)
     #: the share of a read slot it takes: a part of a local chunk decodes a few blocks, so
     #: several run where one whole chunk would (batched on one read thread)
     cost: float = 1.0
@@ -115,6 +116,10 @@ class ReadTable:
         #: read slots taken, per kind (a read takes ``Read.cost`` of one)
         self.load = dict.fromkeys(KINDS, 0.0)
         self.spec_load = dict.fromkeys(KINDS, 0.0)
+        #: VISIBLE reads queued or running, per kind (lower priorities wait for them)
+        self.visible = dict.fromkeys(KINDS, 0)
+        #: called (outside the lock) when a VISIBLE read ends: background streams look again
+        self.on_visible_end: Callable[[], None] | None = None
         #: until then the reader is catching up with the prefetch (it may run at full speed)
         self.catching_up_until = 0.0
 
@@ -161,6 +166,7 @@ class ReadTable:
 
     def _drop_locked(self, read: Read, exc: BaseException) -> None:
         read.state = "cancelled"
+        self._unvisible_locked(read)
         del self._reads[read.key]
         if read.group is not None:
             gkey = (read.key.token, read.group)
@@ -242,6 +248,7 @@ class ReadTable:
                 tally.prefetch_used += 1
         if priority < read.priority:
             read.priority = priority
+            self._count_visible_locked(read)
             if read.state == "queued":
                 heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
 
@@ -258,6 +265,7 @@ class ReadTable:
             if read.group is not None:
                 self._groups.setdefault((key.token, read.group), []).append(read)
         self._reads[key] = read
+        self._count_visible_locked(read)
         heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
         tally.new += 1
         if priority is Priority.VISIBLE:
@@ -268,6 +276,23 @@ class ReadTable:
                 self.prefetched.add(key)
                 tally.speculative_reads += 1
         return read
+
+    def _count_visible_locked(self, read: Read) -> None:
+        if read.priority is Priority.VISIBLE and not read.visible:
+            read.visible = True
+            self.visible[read.kind] += 1
+
+    def _unvisible_locked(self, read: Read) -> bool:
+        """Stop counting ``read`` as VISIBLE; returns whether it was."""
+        if not read.visible:
+            return False
+        read.visible = False
+        self.visible[read.kind] -= 1
+        return True
+
+    def visible_active(self) -> bool:
+        """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
+        return any(self.visible.values())
 
     def get(self, key: ReadKey) -> Read | None:
         """The read of ``key`` queued or running, or None."""
@@ -291,9 +316,14 @@ class ReadTable:
         self.used_by_token[token] = self.used_by_token.get(token, 0) + 1
 
     # -- dispatch ----------------------------------------------------------------------------
-    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int]) -> list[list[Read]]:
+    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int],
+                      hold_below_visible: bool = True) -> list[list[Read]]:
         """Pop the reads that may start now (highest priority first) and mark them running;
-        each comes with its companions (see the module docstring): a list of batches."""
+        each comes with its companions (see the module docstring): a list of batches.
+
+        ``hold_below_visible``: no PLANNED or SPECULATIVE read of a kind starts while a VISIBLE
+        read of that kind is queued or running (the visible reads get the CPU and the link;
+        the others start when the last one ends, see :meth:`finish`)."""
         out: list[list[Read]] = []
         load, spec_load = self.load, self.spec_load
         with self.lock:
@@ -303,6 +333,8 @@ class ReadTable:
                     if read.state != "queued" or prio != int(read.priority):
                         heapq.heappop(heap)  # cancelled, or queued again at a higher priority
                         continue
+                    if hold_below_visible and read.priority is not Priority.VISIBLE and self.visible[kind]:
+                        break  # the heap is ordered: VISIBLE reads are running, the rest waits
                     speculative = read.priority is Priority.SPECULATIVE
                     if speculative and spec_load[kind] >= spec_limit[kind]:
                         break  # the heap is ordered: only prefetch reads remain
@@ -345,9 +377,11 @@ class ReadTable:
     def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
         """A running read ended: free its slot (a companion has none), forget it, and hand
         its waiters ``result`` or ``exc`` (from any thread; a future the closing engine
-        already failed stays failed)."""
+        already failed stays failed). The last VISIBLE read of its kind to end lets the held
+        background reads start (``on_visible_end``)."""
         kind = read.kind
         with self.lock:
+            ended = self._unvisible_locked(read) and not self.visible[kind]
             if not read.companion:
                 self.running[kind] -= 1
                 self.load[kind] = max(0.0, self.load[kind] - read.cost)
@@ -358,6 +392,8 @@ class ReadTable:
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
             read.state = "done"
+        if ended and self.on_visible_end is not None:
+            self.on_visible_end()
         try:
             if exc is not None:
                 read.future.set_exception(exc)
@@ -391,4 +427,5 @@ class ReadTable:
             for heap in self._heaps.values():
                 heap.clear()
             self._groups.clear()
+            self.visible = dict.fromkeys(KINDS, 0)
         return reads

@@ -35,6 +35,7 @@ from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import close_async_resources
 from ..sources.base import ChunkIndex, ChunkSource
 from .absent import AbsentChunks
+from .activity import VisibleActivity
 from .blocking import wait_all
 from .cache import ChunkCache
 from .hints import ReadAheadMemory
@@ -65,6 +66,9 @@ class Engine:
             self._settings_changed(config.get())  # a change made while this one started
         self.stats = Stats()
         self._table = ReadTable()
+        #: views busy making a frame; background streams pause for it (see .activity)
+        self.activity = VisibleActivity(self._table.visible_active)
+        self._table.on_visible_end = self.activity.notify
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
         self._ev_seen = 0
@@ -179,7 +183,7 @@ class Engine:
         if channel is not None:
             owner, cancelled = self._table.owner(channel, generation)
             if cancelled:
-                self.stats.count("cancelled", cancelled)
+                self._cancelled(cancelled)
         found = self.cache.get_many(keys)
         if boxes is not None:
             self._part_keys(keys, found, boxes)
@@ -265,8 +269,14 @@ class Engine:
         """
         n = self._table.cancel(channel, generation)
         if n:
-            self.stats.count("cancelled", n)
+            self._cancelled(n)
         return n
+
+    def _cancelled(self, n: int) -> None:
+        """``n`` queued reads were cancelled: reads held behind VISIBLE ones may start now."""
+        self.stats.count("cancelled", n)
+        self.activity.notify()
+        self._io.call_soon(self._dispatch)
 
     # -- dispatch (runs on the loop) ---------------------------------------------------------
     def concurrency(self, kind: str) -> int:
@@ -300,7 +310,7 @@ class Engine:
         parts: list[Read] = []
         guesses: list[Read] = []
         create_task = self._io.loop.create_task
-        for batch in self._table.take_runnable(limit, spec):
+        for batch in self._table.take_runnable(limit, spec, config.get().visible_first):
             read = batch[0]
             if len(batch) > 1:  # inner chunks of one shard: one ranged read, checked one by one
                 self.stats.count("batched", len(batch))
@@ -411,6 +421,7 @@ class Engine:
         ahead: int | None = None,
         timeout: float | None = None,
         cache: bool = True,
+        background: bool = True,
     ) -> Iterator[tuple[ChunkIndex, np.ndarray]]:
         """Yield ``(index, chunk)`` in ``order``, keeping up to ``ahead`` PLANNED reads in flight.
 
@@ -418,6 +429,10 @@ class Engine:
         announce their plan to the engine; the chunks after the reads in flight are hinted to
         the source. ``cache=False``: a one-pass scan; chunks read for it are not kept in the
         cache (chunks already cached are still used). Read inline on a read thread.
+        ``background`` (default): visible work wins -- each chunk is handed over only once no
+        view is busy (at most ``tse.config`` ``background_wait`` seconds later; see
+        :mod:`.activity`), as the stream's reads start only when no VISIBLE read is queued or
+        running.
         """
         self.check_blocking_allowed()
         indices = (tuple(int(i) for i in index) for index in order)
@@ -432,6 +447,8 @@ class Engine:
         def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
             chunk = wait_all([fut], timeout)[0]
             self.count_useful(getattr(chunk, "nbytes", 0))
+            if background:  # the consumer's work on it waits while a view is busy
+                self.activity.wait_quiet()
             return chunk
 
         # reads still in flight when the consumer stops finish and fill the cache; their

@@ -211,8 +211,9 @@ class LinkEstimator:
     cannot tell latency from transfer time, so it is the fastest frame's time up to
     :data:`UNKNOWN_LATENCY_MAX` (a busy local link is not taken for a slow one, and a slow
     link, whose frames take longer than that, still is);
-    ``bandwidth`` (bytes/s) is the median of ``nbytes / (seconds - latency)`` over the last
-    ``window`` frames of at least ``min_bytes`` -- None until there are
+    ``bandwidth`` (bytes/s) is the largest ``nbytes / (seconds - latency)`` of the last
+    ``window`` frames of at least ``min_bytes`` (what the link carried at best: a late ack on a
+    busy machine is the machine, not the link) -- None until there are
     :data:`MIN_BANDWIDTH_SAMPLES` (one slow start is no measure of a link).
     """
 
@@ -222,6 +223,7 @@ class LinkEstimator:
         self._samples: deque[tuple[int, float]] = deque(maxlen=self.window)
         self._small: deque[float] = deque(maxlen=self.window)
         self.frames = 0
+        self._bandwidth: tuple[int, float | None] = (-1, None)  # (frames, bandwidth) last made
 
     def record(self, nbytes: int, seconds: float) -> None:
         seconds = max(0.0, float(seconds))
@@ -240,9 +242,17 @@ class LinkEstimator:
 
     @property
     def bandwidth(self) -> float | None:
+        made, bw = self._bandwidth
+        if made == self.frames:  # asked for on every frame, changed only by record()
+            return bw
         lat = self.latency
         rates = [n / max(s - lat, 1e-4) for n, s in self._samples if n >= self.min_bytes]
-        return float(np.median(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
+        # what the link carried at best: on a busy machine most acks are late because the
+        # kernel, the server or the browser waited for a core, not because of the link (the
+        # median took a loaded local link for a slow one, and compressing then cost more)
+        bw = float(max(rates)) if len(rates) >= MIN_BANDWIDTH_SAMPLES else None
+        self._bandwidth = (self.frames, bw)
+        return bw
 
     def predict(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` to the browser and hear back, or None (not measured)."""
