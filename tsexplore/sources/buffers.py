@@ -12,7 +12,11 @@ more are written into buffers that are recycled once the last array viewing them
   own allocations (play p95 +0.7 ms, scrub -6 %);
 - a ``weakref.finalize`` on the root array returns the mapping to a free list keyed by its
   size when the array (and every view of it, which keep it alive) is garbage;
-- the free list holds at most :func:`pool_limit` bytes; beyond that mappings are unmapped.
+- the free list holds at most :func:`pool_limit` bytes; beyond that mappings are unmapped;
+- sizes are rounded up to a size class (:func:`size_class`: four per power of two, so at most
+  a quarter more, and the pages beyond what is written are never touched), so frames whose
+  size changes with every pan and zoom share a few buffers instead of each filling the pool
+  with a size that never comes back.
 
 Nothing is ever handed out twice: a buffer returns to the pool only when no array can see it.
 """
@@ -56,24 +60,33 @@ def _give_back(m: mmap.mmap, nbytes: int) -> None:
             _counters["unmapped"] += 1
 
 
+def size_class(nbytes: int) -> int:
+    """The mapping size for ``nbytes``: the least ``m * 2**k`` (``m`` in 4..7) not below it,
+    in whole pages."""
+    k = max(0, nbytes.bit_length() - 3)
+    size = -(-nbytes >> k) << k  # the top three bits, rounded up
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
 def empty(nbytes: int) -> np.ndarray:
     """An uninitialised ``uint8`` array of ``nbytes``, recycled when it is no longer used."""
     global _free_bytes
     if nbytes < MIN_POOLED:
         return np.empty(nbytes, dtype=np.uint8)
+    size = size_class(nbytes)
     m = None
     with _lock:
-        stack = _free.get(nbytes)
+        stack = _free.get(size)
         if stack:
             m = stack.pop()
-            _free_bytes -= nbytes
+            _free_bytes -= size
             _counters["reused"] += 1
         else:
             _counters["mapped"] += 1
     if m is None:
-        m = mmap.mmap(-1, nbytes, flags=_FLAGS)
-    arr = np.frombuffer(m, dtype=np.uint8)
-    weakref.finalize(arr, _give_back, m, nbytes).atexit = False
+        m = mmap.mmap(-1, size, flags=_FLAGS)
+    arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
+    weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
 
 
