@@ -11,6 +11,7 @@ requested order and duplicates.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -35,13 +36,16 @@ class DimPlan:
 
 @dataclass(frozen=True)
 class SelectionPlan:
+    """A planned selection. Immutable, so one plan serves every read of the same selection
+    (:func:`plan_selection` keeps recent ones); what reads derive from it is computed once."""
+
     dims: tuple[DimPlan, ...]
 
-    @property
+    @functools.cached_property
     def block_shape(self) -> tuple[int, ...]:
         return tuple(d.length for d in self.dims)
 
-    @property
+    @functools.cached_property
     def out_shape(self) -> tuple[int, ...]:
         shape = []
         for d in self.dims:
@@ -52,10 +56,36 @@ class SelectionPlan:
 
     @property
     def nchunks(self) -> int:
-        return math.prod(len(d.pieces) for d in self.dims)
+        return len(self.indices)
+
+    @functools.cached_property
+    def indices(self) -> tuple[tuple[int, ...], ...]:
+        """The chunks touched, in :meth:`chunk_indices` order."""
+        return tuple(itertools.product(*([p[0] for p in d.pieces] for d in self.dims)))
 
     def chunk_indices(self) -> Iterator[tuple[int, ...]]:
-        return itertools.product(*([p[0] for p in d.pieces] for d in self.dims))
+        return iter(self.indices)
+
+    @functools.cached_property
+    def placements(self) -> tuple[tuple[tuple[slice, ...], tuple[slice | np.ndarray, ...]], ...]:
+        """Per chunk (in :attr:`indices` order): where its piece goes in the block and the
+        chunk-local selection, ``(target, local)``."""
+        return tuple(
+            (tuple(p[2] for p in pieces), tuple(p[1] for p in pieces))
+            for pieces in itertools.product(*(d.pieces for d in self.dims))
+        )
+
+    @functools.cached_property
+    def basic(self) -> bool:
+        """Every chunk-local selection is a slice (plain NumPy indexing takes each piece)."""
+        return all(isinstance(p[1], slice) for d in self.dims for p in d.pieces)
+
+    @functools.cached_property
+    def drop_index(self) -> tuple[int | slice, ...] | None:
+        """The index that drops the integer-indexed dimensions (None: none to drop)."""
+        if not any(d.drop for d in self.dims):
+            return None
+        return tuple(0 if d.drop else slice(None) for d in self.dims)
 
     def chunk_ranges(self) -> tuple[tuple[int, int], ...]:
         """Per dimension, the first and last chunk touched (empty dims give (0, -1))."""
@@ -140,10 +170,49 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
     return key + (slice(None),) * (ndim - len(key))
 
 
+#: recent plans of selections made of ints and slices, by (key, shape, chunks)
+_plans: dict[tuple[object, ...], SelectionPlan] = {}
+#: plans kept (a plan is small; the memo is emptied when it fills)
+PLAN_MEMORY = 4096
+
+
+def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
+    """``key`` as a hashable tuple when it holds only ints and slices (else None)."""
+    out: list[object] = []
+    for k in key:
+        kind = type(k)
+        if kind is int:
+            out.append(k)
+        elif kind is slice:
+            out.append((k.start, k.stop, k.step))  # type: ignore[union-attr]
+        else:
+            return None
+    return tuple(out)
+
+
 def plan_selection(
     key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
 ) -> SelectionPlan:
-    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``."""
+    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``.
+
+    Selections of ints and slices are planned once: the same selection again (a frame
+    revisited, a tile re-read) gets the same immutable plan."""
+    if type(key) is not tuple:
+        key = (key,)
+    memo = _memo_key(key)
+    if memo is None:
+        return _plan(key, shape, chunks)
+    name = (memo, tuple(shape), tuple(chunks))
+    plan = _plans.get(name)
+    if plan is None:
+        plan = _plan(key, shape, chunks)
+        if len(_plans) >= PLAN_MEMORY:
+            _plans.clear()
+        _plans[name] = plan
+    return plan
+
+
+def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> SelectionPlan:
     key = normalize_key(key, len(shape))
     dims = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
@@ -179,6 +248,5 @@ def finish(block: np.ndarray, plan: SelectionPlan) -> np.ndarray:
     for axis, d in enumerate(plan.dims):
         if d.reorder is not None:
             block = np.take(block, d.reorder, axis=axis)
-    if any(d.drop for d in plan.dims):
-        block = block[tuple(0 if d.drop else slice(None) for d in plan.dims)]
-    return block
+    drop = plan.drop_index
+    return block if drop is None else block[drop]
