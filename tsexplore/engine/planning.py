@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -180,11 +179,10 @@ def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
     """``key`` as a hashable tuple when it holds only ints and slices (else None)."""
     out: list[object] = []
     for k in key:
-        kind = type(k)
-        if kind is int:
+        if type(k) is int:
             out.append(k)
-        elif kind is slice:
-            out.append((k.start, k.stop, k.step))  # type: ignore[union-attr]
+        elif isinstance(k, slice):
+            out.append((k.start, k.stop, k.step))
         else:
             return None
     return tuple(out)
