@@ -11,6 +11,7 @@ requested order and duplicates.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Iterator
@@ -171,7 +172,9 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
 
 #: recent plans of selections made of ints and slices, by (key, shape, chunks)
 _plans: dict[tuple[object, ...], SelectionPlan] = {}
-#: plans kept (a plan is small; the memo is emptied when it fills)
+#: recent plans of one dimension's slice, by (start, stop, step, size, chunk length)
+_dims: dict[tuple[object, ...], DimPlan] = {}
+#: plans kept in each memo (a plan of one chunk is about 2 kB; the oldest goes first)
 PLAN_MEMORY = 4096
 
 
@@ -204,10 +207,30 @@ def plan_selection(
     plan = _plans.get(name)
     if plan is None:
         plan = _plan(key, shape, chunks)
-        if len(_plans) >= PLAN_MEMORY:
-            _plans.clear()
-        _plans[name] = plan
+        _remember(_plans, name, plan)
     return plan
+
+
+def _remember(memo: dict, name: object, value: object) -> None:
+    """Keep ``value`` in ``memo``, forgetting the oldest entry beyond :data:`PLAN_MEMORY`."""
+    if len(memo) >= PLAN_MEMORY:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # another thread's
+            del memo[next(iter(memo))]
+    memo[name] = value
+
+
+def _slice_dim(k: slice, size: int, clen: int) -> DimPlan:
+    """The plan of a slice on one dimension (kept: a frame's whole y and x are planned once)."""
+    name = (k.start, k.stop, k.step, size, clen)
+    found = _dims.get(name)
+    if found is None:
+        start, stop, step = k.indices(size)
+        if step > 0:
+            found = _plan_slice(start, stop, step, size, clen)
+        else:
+            found = _plan_array(np.arange(start, stop, step, dtype=np.int64), clen)
+        _remember(_dims, name, found)
+    return found
 
 
 def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> SelectionPlan:
@@ -221,11 +244,7 @@ def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ..
             ci = i // clen
             dims.append(DimPlan(((ci, slice(i - ci * clen, i - ci * clen + 1), slice(0, 1)),), 1, None, True))
         elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step > 0:
-                dims.append(_plan_slice(start, stop, step, size, clen))
-            else:
-                dims.append(_plan_array(np.arange(start, stop, step, dtype=np.int64), clen))
+            dims.append(_slice_dim(k, size, clen))
         else:
             dims.append(_plan_array(as_index_array(k, size, axis), clen))
     return SelectionPlan(tuple(dims))
