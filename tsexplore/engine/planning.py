@@ -12,10 +12,10 @@ requested order and duplicates.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -34,6 +34,31 @@ class DimPlan:
     drop: bool  # an integer indexer: the dimension disappears from the result
 
 
+_T = TypeVar("_T")
+
+
+class _once(Generic[_T]):  # noqa: N801 - used as a decorator, like cached_property
+    """A property computed on first use and then kept in the instance (a frozen plan may be
+    shared by threads: two computing it at once get equal values, so no lock is needed)."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _once[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object, owner: type | None = None) -> _T | _once[_T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
+
 @dataclass(frozen=True)
 class SelectionPlan:
     """A planned selection. Immutable, so one plan serves every read of the same selection
@@ -41,11 +66,11 @@ class SelectionPlan:
 
     dims: tuple[DimPlan, ...]
 
-    @functools.cached_property
+    @_once
     def block_shape(self) -> tuple[int, ...]:
         return tuple(d.length for d in self.dims)
 
-    @functools.cached_property
+    @_once
     def out_shape(self) -> tuple[int, ...]:
         shape = []
         for d in self.dims:
@@ -58,7 +83,7 @@ class SelectionPlan:
     def nchunks(self) -> int:
         return len(self.indices)
 
-    @functools.cached_property
+    @_once
     def indices(self) -> tuple[tuple[int, ...], ...]:
         """The chunks touched, in :meth:`chunk_indices` order."""
         return tuple(itertools.product(*([p[0] for p in d.pieces] for d in self.dims)))
@@ -66,7 +91,7 @@ class SelectionPlan:
     def chunk_indices(self) -> Iterator[tuple[int, ...]]:
         return iter(self.indices)
 
-    @functools.cached_property
+    @_once
     def placements(self) -> tuple[tuple[tuple[slice, ...], tuple[slice | np.ndarray, ...]], ...]:
         """Per chunk (in :attr:`indices` order): where its piece goes in the block and the
         chunk-local selection, ``(target, local)``."""
@@ -75,12 +100,12 @@ class SelectionPlan:
             for pieces in itertools.product(*(d.pieces for d in self.dims))
         )
 
-    @functools.cached_property
+    @_once
     def basic(self) -> bool:
         """Every chunk-local selection is a slice (plain NumPy indexing takes each piece)."""
         return all(isinstance(p[1], slice) for d in self.dims for p in d.pieces)
 
-    @functools.cached_property
+    @_once
     def drop_index(self) -> tuple[int | slice, ...] | None:
         """The index that drops the integer-indexed dimensions (None: none to drop)."""
         if not any(d.drop for d in self.dims):
