@@ -61,7 +61,8 @@ def read_selection(
     (or read ahead for it by the prefetcher) are not kept in the cache.
     """
     plan = plan_selection(key, source.shape, source.chunks)
-    nbytes = math.prod(plan.block_shape) * source.dtype.itemsize
+    dtype = source.dtype
+    nbytes = math.prod(plan.block_shape) * dtype.itemsize
     if nbytes > _half_ram():
         raise SelectionTooLargeError(
             f"this selection of {source!r} would need {nbytes / 2**30:.1f} GiB in memory; "
@@ -69,9 +70,9 @@ def read_selection(
         )
     engine = get_engine() if engine is None else engine
     engine.check_blocking_allowed()
-    indices = list(plan.chunk_indices())
+    indices = plan.indices
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
-        return assemble(plan, [engine.read_inline(source, i) for i in indices], source.dtype, timeout)
+        return assemble(plan, [engine.read_inline(source, i) for i in indices], dtype, timeout)
     # thin regions of blosc chunks: only their blocks (unless a steady pattern reads them all)
     boxes = part_boxes(plan, source, engine.prefetcher.following(source))
     items = engine.request_mixed(
@@ -85,14 +86,14 @@ def read_selection(
     if not copy and len(items) == 1:
         item = items[0]
         chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
-        local = tuple(d.pieces[0][1] for d in plan.dims)
+        local = plan.placements[0][1]
         box = boxes[0] if boxes else None
         if is_part(chunk, box):
             local = shift(local, box)  # type: ignore[arg-type]
         out = finish(take_piece(chunk, local), plan)
     else:
-        out = assemble(plan, items, source.dtype, timeout, boxes)
-    engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
+        out = assemble(plan, items, dtype, timeout, boxes)
+    engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.prefetcher.observe_soon(source, plan, not cache, key)
     return out
@@ -112,17 +113,16 @@ def assemble(
     out = output_buffer(plan.block_shape, dtype)
     if not items:
         return finish(out, plan)
-    basic = all(isinstance(p[1], slice) for d in plan.dims for p in d.pieces)
-    combos = list(itertools.product(*(d.pieces for d in plan.dims)))
-    parts = boxes or [None] * len(combos)
+    basic = plan.basic
+    parts = boxes or itertools.repeat(None)
     pending = []
-    for pieces, item, box in zip(combos, items, parts):
+    for (target, local), item, box in zip(plan.placements, items, parts):
         if isinstance(item, cf.Future):
-            pending.append((pieces, item, box))
+            pending.append((target, local, item, box))
             continue
-        _place(out, item, pieces, basic, box)
-    for pieces, fut, box in pending:
-        _place(out, wait_all([fut], timeout)[0], pieces, basic, box)
+        _place(out, item, target, local, basic, box)
+    for target, local, fut, box in pending:
+        _place(out, wait_all([fut], timeout)[0], target, local, basic, box)
     return finish(out, plan)
 
 
@@ -131,15 +131,16 @@ def output_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     :mod:`~tsexplore.sources.buffers`): a frame the reader dropped gives its pages to the next,
     so assembling one does not first-touch fresh memory (measured: ~4 ms per 4 MiB here)."""
     dtype = np.dtype(dtype)
-    if dtype.hasobject:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if dtype.hasobject or nbytes < buffers.MIN_POOLED:  # small: the pool would not recycle it
         return np.empty(shape, dtype=dtype)
-    return buffers.empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+    return buffers.empty(nbytes).view(dtype).reshape(shape)
 
 
-def _place(out: np.ndarray, chunk: np.ndarray, pieces: tuple, basic: bool, box: Part) -> None:
-    target = tuple(p[2] for p in pieces)
-    local = tuple(p[1] for p in pieces)
-    if is_part(chunk, box):
+def _place(
+    out: np.ndarray, chunk: np.ndarray, target: tuple, local: tuple, basic: bool, box: Part
+) -> None:
+    if box is not None and is_part(chunk, box):
         local = shift(local, box)  # type: ignore[arg-type]
     out[target] = chunk[local] if basic else take_piece(chunk, local)
 

@@ -53,9 +53,19 @@ def lower_thread_priority() -> None:
             pass
 
 
+#: ``reads`` is set on an engine's read threads (asked on every read: no thread lookup)
+_this_thread = threading.local()
+
+
+def _start_read_thread() -> None:
+    """What each read thread runs first: mark it, lower its priority."""
+    _this_thread.reads = True
+    lower_thread_priority()
+
+
 def on_read_thread() -> bool:
     """True on one of an engine's read threads (a source reading engine data)."""
-    return threading.current_thread().name.startswith(READ_THREAD_PREFIX)
+    return getattr(_this_thread, "reads", False)
 
 
 class IOLoop:
@@ -63,7 +73,7 @@ class IOLoop:
 
     def __init__(self, threads: int, name: str = "tsexplore-io") -> None:
         self.pool = cf.ThreadPoolExecutor(
-            threads, thread_name_prefix=READ_THREAD_PREFIX, initializer=lower_thread_priority
+            threads, thread_name_prefix=READ_THREAD_PREFIX, initializer=_start_read_thread
         )
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self.pool)
@@ -77,7 +87,7 @@ class IOLoop:
 
     # -- calling into the loop ---------------------------------------------------------------
     def on_loop_thread(self) -> bool:
-        return threading.current_thread() is self.thread
+        return threading.get_ident() == self.thread.ident
 
     def check_blocking_allowed(self) -> None:
         """Refuse a blocking call on the loop's own thread (it would wait on itself)."""

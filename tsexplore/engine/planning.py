@@ -11,10 +11,11 @@ requested order and duplicates.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -33,15 +34,43 @@ class DimPlan:
     drop: bool  # an integer indexer: the dimension disappears from the result
 
 
+_T = TypeVar("_T")
+
+
+class _once(Generic[_T]):  # noqa: N801 - used as a decorator, like cached_property
+    """A property computed on first use and then kept in the instance (a frozen plan may be
+    shared by threads: two computing it at once get equal values, so no lock is needed)."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _once[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object, owner: type | None = None) -> _T | _once[_T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
+
 @dataclass(frozen=True)
 class SelectionPlan:
+    """A planned selection. Immutable, so one plan serves every read of the same selection
+    (:func:`plan_selection` keeps recent ones); what reads derive from it is computed once."""
+
     dims: tuple[DimPlan, ...]
 
-    @property
+    @_once
     def block_shape(self) -> tuple[int, ...]:
         return tuple(d.length for d in self.dims)
 
-    @property
+    @_once
     def out_shape(self) -> tuple[int, ...]:
         shape = []
         for d in self.dims:
@@ -52,10 +81,36 @@ class SelectionPlan:
 
     @property
     def nchunks(self) -> int:
-        return math.prod(len(d.pieces) for d in self.dims)
+        return len(self.indices)
+
+    @_once
+    def indices(self) -> tuple[tuple[int, ...], ...]:
+        """The chunks touched, in :meth:`chunk_indices` order."""
+        return tuple(itertools.product(*([p[0] for p in d.pieces] for d in self.dims)))
 
     def chunk_indices(self) -> Iterator[tuple[int, ...]]:
-        return itertools.product(*([p[0] for p in d.pieces] for d in self.dims))
+        return iter(self.indices)
+
+    @_once
+    def placements(self) -> tuple[tuple[tuple[slice, ...], tuple[slice | np.ndarray, ...]], ...]:
+        """Per chunk (in :attr:`indices` order): where its piece goes in the block and the
+        chunk-local selection, ``(target, local)``."""
+        return tuple(
+            (tuple(p[2] for p in pieces), tuple(p[1] for p in pieces))
+            for pieces in itertools.product(*(d.pieces for d in self.dims))
+        )
+
+    @_once
+    def basic(self) -> bool:
+        """Every chunk-local selection is a slice (plain NumPy indexing takes each piece)."""
+        return all(isinstance(p[1], slice) for d in self.dims for p in d.pieces)
+
+    @_once
+    def drop_index(self) -> tuple[int | slice, ...] | None:
+        """The index that drops the integer-indexed dimensions (None: none to drop)."""
+        if not any(d.drop for d in self.dims):
+            return None
+        return tuple(0 if d.drop else slice(None) for d in self.dims)
 
     def chunk_ranges(self) -> tuple[tuple[int, int], ...]:
         """Per dimension, the first and last chunk touched (empty dims give (0, -1))."""
@@ -140,10 +195,70 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
     return key + (slice(None),) * (ndim - len(key))
 
 
+#: recent plans of selections made of ints and slices, by (key, shape, chunks)
+_plans: dict[tuple[object, ...], SelectionPlan] = {}
+#: recent plans of one dimension's slice, by (start, stop, step, size, chunk length)
+_dims: dict[tuple[object, ...], DimPlan] = {}
+#: plans kept in each memo (a plan of one chunk is about 2 kB; the oldest goes first)
+PLAN_MEMORY = 4096
+
+
+def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
+    """``key`` as a hashable tuple when it holds only ints and slices (else None)."""
+    out: list[object] = []
+    for k in key:
+        if type(k) is int:
+            out.append(k)
+        elif isinstance(k, slice):
+            out.append((k.start, k.stop, k.step))
+        else:
+            return None
+    return tuple(out)
+
+
 def plan_selection(
     key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
 ) -> SelectionPlan:
-    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``."""
+    """Plan an orthogonal selection ``key`` on an array of ``shape`` split into ``chunks``.
+
+    Selections of ints and slices are planned once: the same selection again (a frame
+    revisited, a tile re-read) gets the same immutable plan."""
+    if type(key) is not tuple:
+        key = (key,)
+    memo = _memo_key(key)
+    if memo is None:
+        return _plan(key, shape, chunks)
+    name = (memo, tuple(shape), tuple(chunks))
+    plan = _plans.get(name)
+    if plan is None:
+        plan = _plan(key, shape, chunks)
+        _remember(_plans, name, plan)
+    return plan
+
+
+def _remember(memo: dict, name: object, value: object) -> None:
+    """Keep ``value`` in ``memo``, forgetting the oldest entry beyond :data:`PLAN_MEMORY`."""
+    if len(memo) >= PLAN_MEMORY:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # another thread's
+            del memo[next(iter(memo))]
+    memo[name] = value
+
+
+def _slice_dim(k: slice, size: int, clen: int) -> DimPlan:
+    """The plan of a slice on one dimension (kept: a frame's whole y and x are planned once)."""
+    name = (k.start, k.stop, k.step, size, clen)
+    found = _dims.get(name)
+    if found is None:
+        start, stop, step = k.indices(size)
+        if step > 0:
+            found = _plan_slice(start, stop, step, size, clen)
+        else:
+            found = _plan_array(np.arange(start, stop, step, dtype=np.int64), clen)
+        _remember(_dims, name, found)
+    return found
+
+
+def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> SelectionPlan:
     key = normalize_key(key, len(shape))
     dims = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
@@ -154,11 +269,7 @@ def plan_selection(
             ci = i // clen
             dims.append(DimPlan(((ci, slice(i - ci * clen, i - ci * clen + 1), slice(0, 1)),), 1, None, True))
         elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step > 0:
-                dims.append(_plan_slice(start, stop, step, size, clen))
-            else:
-                dims.append(_plan_array(np.arange(start, stop, step, dtype=np.int64), clen))
+            dims.append(_slice_dim(k, size, clen))
         else:
             dims.append(_plan_array(as_index_array(k, size, axis), clen))
     return SelectionPlan(tuple(dims))
@@ -179,6 +290,5 @@ def finish(block: np.ndarray, plan: SelectionPlan) -> np.ndarray:
     for axis, d in enumerate(plan.dims):
         if d.reorder is not None:
             block = np.take(block, d.reorder, axis=axis)
-    if any(d.drop for d in plan.dims):
-        block = block[tuple(0 if d.drop else slice(None) for d in plan.dims)]
-    return block
+    drop = plan.drop_index
+    return block if drop is None else block[drop]

@@ -24,6 +24,7 @@ what to fetch is a pure function (:func:`momentum_targets`, :func:`ring_targets`
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import math
@@ -47,6 +48,9 @@ from .types import STORED, Part, Priority, ReadKey
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
 #: and a whole view's worth (or slab's) after one more
 STEADY = 3
+#: seconds the engine's thread waits, after a read answered from the cache, before it plans
+#: ahead from the reads answered meanwhile (one wake-up of it for all of them)
+DRAIN_DELAY = 0.002
 #: the allowance each policy starts with (momentum earns its own; a pan is a clear signal)
 INITIAL_ALLOWANCE = {"momentum": 0, "neighbourhood": 64}
 
@@ -264,14 +268,18 @@ class Prefetcher:
         key: tuple[object, ...] | None = None,
     ) -> None:
         """:meth:`observe` later, on the engine's thread (what a read answered from the cache
-        calls). Reads that come faster than that thread runs share one wake-up of it, and
-        only the newest pending read of a source plans; the ones before it are recorded in
-        the history (the pattern is learnt from all of them)."""
+        calls). The thread plans :data:`DRAIN_DELAY` after the first pending read: reads that
+        come faster share one wake-up of it (waking it costs the reader more than answering
+        from the cache does), and only the newest pending read of a source plans; the ones
+        before it are recorded in the history (the pattern is learnt from all of them)."""
         with self._lock:
             self._pending.append((source, plan, one_pass, key))
             if len(self._pending) > 1:
                 return  # a drain is on its way
-        self._engine.call_soon(self._drain)
+        self._engine.call_soon(self._drain_later)
+
+    def _drain_later(self) -> None:
+        asyncio.get_running_loop().call_later(DRAIN_DELAY, self._drain)
 
     def _drain(self) -> None:
         with self._lock:

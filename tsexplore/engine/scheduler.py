@@ -207,8 +207,7 @@ class Engine:
                 if found[i] is None and value is not None and not isinstance(value, Read):
                     found[i] = value
         out = self._answer(keys, found, reads, priority, cache, tally)
-        for name, n in tally.items():
-            self.stats.count(name, n)
+        self.stats.add(tally.items())
         if tally.new or tally.joined:
             self._io.call_soon(self._dispatch)
         return out
@@ -542,6 +541,9 @@ _engine_lock = threading.Lock()
 def get_engine() -> Engine:
     """The process-wide engine, started on first use (and again after ``close()``/fork)."""
     global _engine
+    engine = _engine
+    if engine is not None and not engine._closed:  # the common case: no lock
+        return engine
     with _engine_lock:
         if _engine is None or _engine.closed:
             _engine = Engine()

@@ -31,6 +31,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -201,6 +202,16 @@ class Stats:
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
+
+    def add(self, pairs: Iterable[tuple[str, int]]) -> None:
+        """Add each ``(counter, n)`` of ``pairs`` (one lock; nothing when there are none)."""
+        pairs = list(pairs)
+        if not pairs:
+            return
+        with self._lock:
+            counts = self._counts
+            for name, n in pairs:
+                counts[name] += n
 
     def count_many(self, names: tuple[str, ...]) -> None:
         """Add one to each counter in ``names`` (one lock)."""
