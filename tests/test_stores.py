@@ -53,7 +53,7 @@ def _store_case(store: Any, codec: str, consolidate: bool = True, reopen: Any = 
 
 
 class TestMemoryStore(SourceConformance):
-    @pytest.fixture(params=CODECS)
+    @pytest.fixture(params=CODECS, scope="class")
     def case(self, request: pytest.FixtureRequest) -> Case:
         return _store_case(zarr.storage.MemoryStore(), request.param)
 
@@ -70,9 +70,9 @@ class TestMemoryStore(SourceConformance):
 class TestZarrGroupAndArray(SourceConformance):
     """A ``zarr.Group`` object (its store: a LocalStore, read as files)."""
 
-    @pytest.fixture(params=CODECS)
-    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
-        path = str(tmp_path / "g.zarr")
+    @pytest.fixture(params=CODECS, scope="class")
+    def case(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+        path = str(tmp_path_factory.mktemp("group") / "g.zarr")
         write_zarr(path, 3, request.param)
         group = zarr.open_group(path, mode="r")
         case = _zarr_case(path, path, 3, request.param)
@@ -92,7 +92,10 @@ class TestZarrGroupAndArray(SourceConformance):
 
 
 class TestFsspecAndObjectStores(SourceConformance):
-    @pytest.fixture(params=["fsspec-memory", "obstore-memory", "fsspec-s3", "obstore-s3"])
+    # written once per class and store (an S3 write through moto takes seconds); every test
+    # of the suite only reads
+    @pytest.fixture(params=["fsspec-memory", "obstore-memory", "fsspec-s3", "obstore-s3"],
+                    scope="class")
     def case(self, request: pytest.FixtureRequest) -> Case:
         kind = request.param
         codec = "sharding"
@@ -127,11 +130,12 @@ class TestFsspecAndObjectStores(SourceConformance):
 
 
 class TestIcechunk(SourceConformance):
-    @pytest.fixture(params=CODECS)
-    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
+    @pytest.fixture(params=CODECS, scope="class")
+    def case(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
         icechunk = pytest.importorskip("icechunk")
         # on disk, so that a pickled session store (a dask worker's) finds the same repository
-        repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+        repo = icechunk.Repository.create(
+            icechunk.local_filesystem_storage(str(tmp_path_factory.mktemp("icechunk") / "repo")))
         session = repo.writable_session("main")
         case = _store_case(
             session.store, request.param, consolidate=False,
@@ -173,9 +177,9 @@ def _virtual_repo(tmp_path: Path, codec: str) -> tuple[Any, dict[str, np.ndarray
 
 
 class TestIcechunkVirtual(SourceConformance):
-    @pytest.fixture(params=["zstd", "sharding"])
-    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
-        repo, data = _virtual_repo(tmp_path, request.param)
+    @pytest.fixture(params=["zstd", "sharding"], scope="class")
+    def case(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+        repo, data = _virtual_repo(tmp_path_factory.mktemp("virtual"), request.param)
         store = repo.readonly_session("main").store
         return Case(lambda: tse.open_dataset(store), zarr_expected(data, 3, request.param), data,
                     store, fallback=False)
@@ -204,8 +208,9 @@ def _references(local: Path) -> dict[str, Any]:
 
 
 class TestKerchunkReferences(SourceConformance):
-    @pytest.fixture(params=["zstd", "blosc"])
-    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
+    @pytest.fixture(params=["zstd", "blosc"], scope="class")
+    def case(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+        tmp_path = tmp_path_factory.mktemp("kerchunk")
         local = tmp_path / "v2.zarr"
         data = write_zarr(str(local), 2, request.param)
         refs = _references(local)
