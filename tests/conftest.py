@@ -81,6 +81,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
         if any(item.get_closest_marker(m) for m in SERIAL):
             item.add_marker(pytest.mark.xdist_group("ui"))
+        elif item.get_closest_marker("xdist_group") is None:
+            group = _shared_fixture_group(item)
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The tests that share a module- or class-scoped fixture (a LocalCluster, stores written
+    once) run on one pytest-xdist worker, one after the other: spread over both workers, or
+    interleaved with other modules' tests on one, each worker would build the fixture again,
+    and again after every interleaved test (``--dist loadgroup`` sends ungrouped tests one at
+    a time)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {fd.scope for defs in info.name2fixturedefs.values() for fd in defs}
+    if "module" in scopes:
+        return item.path.name
+    cls = getattr(item, "cls", None)
+    if "class" in scopes and cls is not None:
+        return f"{item.path.name}::{cls.__name__}"
+    return None
 
 
 @pytest.fixture(scope="session")
