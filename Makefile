@@ -14,9 +14,11 @@ UV_VENV ?= .venv-uv
 UV := $(UV_VENV)/bin/uv
 UV_VERSION ?= 0.13.9
 LOCK := requirements.lock
+# requirements replaced for every package that asks for them (see the file)
+OVERRIDES := overrides.txt
 # torch's CPU build lies on this kind of machine's disk; uv looks there only when told to
 FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels)
-INSTALL = $(UV) pip install -q -p $(PY) $(FIND_LINKS) -c $(LOCK)
+INSTALL = $(UV) pip install -q -p $(PY) $(FIND_LINKS) -c $(LOCK) --overrides $(OVERRIDES)
 # every extra the lock covers (`test` includes lab, distributed, torch, tf and cloud)
 LOCK_EXTRAS := --extra test --extra bench
 
@@ -29,11 +31,11 @@ $(UV):
 $(PY): | $(UV)
 	$(UV) venv -q -p $(PYTHON) $(VENV)
 
-$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(PY)
+$(VENV)/.installed-test: pyproject.toml $(LOCK) $(OVERRIDES) | $(PY)
 	$(INSTALL) -e ".[test,bench]"
 	touch $@
 
-$(VENV)/.installed-lab: pyproject.toml $(LOCK) | $(PY)
+$(VENV)/.installed-lab: pyproject.toml $(LOCK) $(OVERRIDES) | $(PY)
 	$(INSTALL) -e ".[lab,distributed,torch,tf,cloud]" "moto[server]>=5.0"
 	touch $@
 
@@ -56,7 +58,7 @@ lint: $(VENV)/.installed-test
 	$(PY) -m mypy tsexplore
 
 lock: | $(UV)
-	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS) $(FIND_LINKS) -p $(PYTHON) -q -o $(LOCK)
+	$(UV) pip compile pyproject.toml $(LOCK_EXTRAS) $(FIND_LINKS) --overrides $(OVERRIDES) -p $(PYTHON) -q -o $(LOCK)
 
 clean:
 	rm -rf $(VENV) $(UV_VENV) .pytest_cache .hypothesis
