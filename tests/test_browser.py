@@ -234,11 +234,14 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         assert "PB," in text and "ticks" in text, text[-2000:]
         assert "channels ['DAPI', 'GFP', 'RFP']" in text, text[-2000:]
 
+        print(f"printed text checked after {time.monotonic() - t0:.1f} s")
         # the scrub cell left the cube at time=7: the canvas shows truth[7] in viridis
         page.locator(".tse-canvas").first.scroll_into_view_if_needed()
+        print(f"scrolled to the first canvas after {time.monotonic() - t0:.1f} s")
         _wait_canvas(page, CUBE, "m.label?.startsWith('temp · time=7 ') && m.final")
         print(f"first canvas painted after {time.monotonic() - t0:.1f} s")
         want = to_uint8(truth[7], robust_range(truth[7]))
+        print(f"want computed after {time.monotonic() - t0:.1f} s")
         np.testing.assert_array_equal(canvas_colours(page, CUBE, full, (128, 128)), _colours(want))
 
         print(f"first canvas checked after {time.monotonic() - t0:.1f} s")
