@@ -38,8 +38,8 @@ SERIAL = {"notebook", "browser"}
 
 def pytest_configure(config: pytest.Config) -> None:
     """The quick set (plain ``pytest``) draws 5 generated examples per parity format; a run of
-    every test (``-m ""``: ``make test``) the suite's full 30. ``TSEXPLORE_PARITY_EXAMPLES``
-    set by hand wins."""
+    every test (``-m ""``: ``make test``) the suite's full 30 (``test_resolve``'s costly
+    property test draws 10 more). ``TSEXPLORE_PARITY_EXAMPLES`` set by hand wins."""
     full = not config.option.markexpr
     os.environ.setdefault("TSEXPLORE_PARITY_EXAMPLES", "30" if full else "5")
 

@@ -6,6 +6,8 @@ in-memory array, computed without the engine.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -147,7 +149,9 @@ def selections(draw: st.DrawFn) -> tuple[dict, dict]:
 
 
 SETTINGS = settings(
-    max_examples=40, deadline=None,
+    # each example builds a view, a reduction, a loader and an advice run: 40 examples when
+    # every test runs, 15 in the quick set (conftest sets TSEXPLORE_PARITY_EXAMPLES: 30 or 5)
+    max_examples=int(os.environ.get("TSEXPLORE_PARITY_EXAMPLES", "30")) + 10, deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
