@@ -14,6 +14,11 @@ UV_VENV ?= .venv-uv
 UV := $(UV_VENV)/bin/uv
 UV_VERSION ?= 0.13.9
 LOCK := requirements.lock
+# Python writes its bytecode cache in every recipe, whatever the shell says: this kind of
+# machine image sets PYTHONDONTWRITEBYTECODE, and then each Python process the tests, the
+# kernels and the benchmarks start compiles every module it imports again (tests/conftest.py
+# does the same for a plain `pytest`)
+unexport PYTHONDONTWRITEBYTECODE
 # requirements replaced for every package that asks for them (see the file)
 OVERRIDES := overrides.txt
 # torch's CPU build lies on this kind of machine's disk; uv looks there only when told to
