@@ -112,6 +112,12 @@ class ZarrSource(ChunkSource):
         self.token = f"zarr-{self.root}/{self.path}@{uuid.uuid4().hex[:12]}"
 
     def __getstate__(self) -> dict[str, Any]:
+        inner = getattr(self._array.store, "store", None)  # zarr's ObjectStore wraps obstore's
+        if type(inner).__name__ == "MemoryStore" and type(inner).__module__.startswith("obstore"):
+            raise SourceError(
+                f"{self.token}: its store is an obstore MemoryStore, which lives in this process "
+                "only and cannot be sent to another one (a dask worker, a DataLoader worker); "
+                "write it to a folder, a zarr MemoryStore or an object store to read it there")
         state = dict(self.__dict__)
         state["_fallback"] = None
         state.pop("_parts", None)
