@@ -254,6 +254,33 @@ def test_stats_panel_keeps_updating_while_a_background_thread_reads():
     assert tse_threads() == []
 
 
+def test_an_idle_stats_panel_sends_nothing_new():
+    """Ticks of an idle engine stream no rows and no chunk map (each would make the browser
+    redraw every plot); the first change streams the held row with the new one, so the value
+    that held stays flat up to the change."""
+    ds = tse.synthetic((8, 64, 64), (1, 32, 32))
+    with ds.tse.explore(stats=False) as ex, tse.stats_panel(timer="thread", interval=3600) as panel:
+        ex.controller.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while tse.stats().in_flight or any(tse.stats().queued.values()):
+            assert time.monotonic() < deadline, tse.stats()
+            time.sleep(0.05)
+        time.sleep(1.5)  # past the hit ratio's window; the read rate (tau 1 s) below 1 kB/s
+        panel.tick()
+        panel.tick()
+        rows, picture = len(panel.history["t"]), panel.chunk_source.data
+        for _ in range(5):
+            panel.tick()
+        assert len(panel.history["t"]) == rows  # nothing streamed
+        assert panel.chunk_source.data is picture  # the same chunk map, not sent again
+        held = panel.history["t"][-1]
+        _ = ds["data"].isel(time=5).values  # a read: the rows change
+        panel.tick()
+        t = panel.history["t"]
+        assert len(t) == rows + 2 and t[-2] > held and np.all(np.diff(t) > 0)
+        assert panel.ticks >= 8
+
+
 def test_standalone_stats_panel_maps_the_newest_explorers_plane(cube):
     ds, _ = cube
     with ds.tse.explore(stats=False) as ex, tse.stats_panel(interval=0.1) as panel:

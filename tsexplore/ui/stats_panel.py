@@ -3,7 +3,8 @@
 Every ``interval`` seconds (default 0.25) :meth:`StatsPanel.tick` takes ``tse.stats()``,
 streams one row into the plots' ``ColumnDataSource`` (hit ratio over the last second, MB/s read, queue
 depth per priority, reads in flight, latency p50/p95) and sends the chunk map of the current
-plane (cached / in flight / not loaded / absent from the store). In a kernel the timer is a tornado PeriodicCallback
+plane (cached / in flight / not loaded / absent from the store); a row or a chunk map equal to
+the last one is not sent (an idle engine costs the browser no redraws). In a kernel the timer is a tornado PeriodicCallback
 on the kernel's IOLoop, so the panel keeps moving while a computation runs in a background
 thread (it pauses while a cell itself is busy); outside a kernel (and with
 ``timer="thread"``) it is a ``tsexplore-stats-*`` thread.
@@ -56,6 +57,9 @@ class StatsPanel:
         self.chunk_counts = np.zeros(len(STATE_COLOURS), dtype=np.int64)
         self._window: deque[Any] = deque(maxlen=max(2, int(round(1.0 / self.interval)) + 1))
         self._hit_ratio = float("nan")
+        self._last_values: list[float] | None = None  # the last row streamed, without its time
+        self._held: dict[str, float] | None = None  # the newest row equal to it, not streamed
+        self._map: tuple[np.ndarray, Any] | None = None  # the chunk map's states and window
         layout = self._figures(width)
         self.width = int(width)
         self.numbers = w.HTML(value="<code>waiting for the first snapshot…</code>",
@@ -134,7 +138,7 @@ class StatsPanel:
             "q_speculative": q.get("speculative", 0), "in_flight": snap.in_flight,
             "p50_ms": snap.latency_p50 * 1e3, "p95_ms": snap.latency_p95 * 1e3,
         }
-        self.source.stream({k: [float(v)] for k, v in row.items()}, rollover=self.history_length)
+        self._push(row)
         ctl = self._controller()
         if ctl is not None and not ctl.closed:
             states, window = chunk_states(current_engine(), ctl)  # never starts an engine
@@ -143,8 +147,10 @@ class StatsPanel:
             if counts[3]:
                 title += f" · {counts[3]} absent"
             gy0, gy1, gx0, gx1 = window
-            self.chunk_source.data = {"image": [states], "x": [gx0], "y": [gy0],
-                                      "dw": [gx1 - gx0], "dh": [gy1 - gy0]}
+            if self._map is None or self._map[1] != window or not np.array_equal(self._map[0], states):
+                self._map = (states, window)  # a new picture only when a chunk's state changed
+                self.chunk_source.data = {"image": [states], "x": [gx0], "y": [gy0],
+                                          "dw": [gx1 - gx0], "dh": [gy1 - gy0]}
             self.chunk_fig.title.text = title
             self.chunk_counts = counts
         self.numbers.value = (
@@ -166,6 +172,24 @@ class StatsPanel:
         self.last = snap
         self.ticks += 1
         return snap
+
+    def _push(self, row: dict[str, float]) -> None:
+        """Stream ``row`` to the plots, unless it says what the last one said: an idle engine
+        draws nothing once its rates have decayed (each streamed row re-renders every plot in the
+        browser, 4 times a second per panel). The last of a run of equal rows is streamed with the next new one,
+        so a value that held stays flat on the plot up to where it changed."""
+        # to the thousandth (of MB/s, ms, a ratio): the read rate decays exponentially and
+        # never reaches 0; below that the plot shows no change
+        values = [round(row[c], 3) for c in COLUMNS if c != "t"]
+        if self._last_values is not None and all(
+            a == b or (a != a and b != b) for a, b in zip(values, self._last_values)  # NaN too
+        ):
+            self._held = row
+            return
+        rows = [self._held, row] if self._held is not None else [row]
+        self.source.stream({c: [float(r[c]) for r in rows] for c in COLUMNS},
+                           rollover=self.history_length)
+        self._held, self._last_values = None, values
 
     @staticmethod
     def _roi_line(ctl: Any) -> str:
