@@ -181,7 +181,8 @@ def timed_moves(page: Page, handle: str, timed: str, want: Any, moves: int, warm
 #: key press to the frame's websocket message (the kernel and the link), to the widget's
 #: handler (JupyterLab's message decode and comm dispatch), to its pixels decoded (raw: none),
 #: coloured (colour table, putImageData), drawn (drawImage, axes, histogram), and the next
-#: animation frame (the paint)
+#: animation frame (the paint); ``draw_histogram``: the histogram, its fields and chips, drawn
+#: after the image is painted (off the move's path)
 PAGE_STAGES = (("kernel_and_link", "key", "ws"), ("message_decode", "ws", "recv"),
                ("pixels_decode", "recv", "decoded"), ("colour", "decoded", "coloured"),
                ("draw", "coloured", "drawn"), ("to_paint", "drawn", "raf"))

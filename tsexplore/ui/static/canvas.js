@@ -479,6 +479,19 @@ class View {
       Object.assign(this.el.dataset, { climLo: cur[0], climHi: cur[1], histLo: r[0], histHi: r[1] });
     }
   }
+  // A new frame's histogram, range fields and channel chips are drawn after its image is
+  // painted (the frame after; once however many frames came meanwhile), so they are not on
+  // the move's path: the bare canvas has none of them.
+  histLater() {
+    if (this.histPending) return;
+    this.histPending = true;
+    requestAnimationFrame(() => setTimeout(() => {
+      this.histPending = false;
+      const prof = this.s.prof, t0 = prof ? performance.now() : 0;
+      this.drawHist(); this.buildChips();
+      if (prof) prof.hist = (prof.hist || 0) + performance.now() - t0;
+    }, 0));
+  }
   buildChips() {
     const s = this.s, m = s.last, n = s.nch();
     const names = s.model.get("channel_names") || [], colours = s.model.get("channel_colors") || [];
@@ -567,9 +580,8 @@ class View {
     this.roiRect(g);
     g.restore();
     this.axes(g, w, h);
-    const prof = msg && s.prof && s.prof.seq === msg.seq ? s.prof : null, t0 = prof ? performance.now() : 0;
-    this.drawHist(); this.buildChips();
-    if (prof) prof.hist = (prof.hist || 0) + performance.now() - t0;
+    if (msg) this.histLater(); // a new frame: its image first, its histogram after
+    else { this.drawHist(); this.buildChips(); } // a handle dragged, a channel picked: at once
     this.el.dataset.plot = `${M.left},${M.top},${w},${h}`;
     const last = s.last;
     if (last) {
