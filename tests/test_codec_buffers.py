@@ -152,6 +152,16 @@ def test_the_recycled_buffers_are_counted_inside_the_one_cache_budget():
     assert cache.put(("test", "more"), np.zeros(6 * mib, np.uint8))  # room made in the pool first
     assert cache.bytes_now == 46 * mib and cache.evictions == 0
     assert cache.bytes_now + buffers.stats()["free_bytes"] <= cache.budget
+    # a full cache: each chunk it evicts to make room leaves its buffer for the next decode
+    cache.clear()
+    for k in range(48):
+        assert cache.put(("full", k), buffers.empty(mib))
+    before = buffers.stats()
+    for k in range(48, 80):
+        assert cache.put(("full", k), buffers.empty(mib))
+    after = buffers.stats()
+    assert after["reused"] - before["reused"] >= 31 and after["mapped"] - before["mapped"] <= 1
+    assert cache.bytes_now + after["free_bytes"] <= cache.budget + mib  # the one evicted last
     tse.close()  # the budget's engine gone: the pool goes back to its own limit
     assert buffers.pool_limit() >= 64 * mib
     buffers.clear()

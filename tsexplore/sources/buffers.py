@@ -18,7 +18,8 @@ more are written into buffers that are recycled once the last array viewing them
   reads need -- not the high-water mark of every size a long session ever saw;
 - the pool is counted inside the one cache budget: the engine tells it how much of the budget
   its cache leaves (:func:`limit_by`), the pool never holds more than that, and the cache makes
-  room by trimming the pool (:func:`trim`) before it evicts a chunk;
+  room by trimming the pool (:func:`trim`) before it evicts a chunk (a chunk it evicts to make
+  room is returned while its bytes are still free, so a full cache's next decode reuses it);
 - sizes are rounded up to a size class (:func:`size_class`: four per power of two, so at most
   a quarter more, and the pages beyond what is written are never touched), so frames whose
   size changes with every pan and zoom share a few buffers instead of each filling the pool
