@@ -207,7 +207,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         src = np.asarray(indices)
         # a copy (the caller may reuse its buffer) in a recycled buffer: a frame's size changes
         # with every pan and zoom, and fresh ones would leave their sizes in malloc's arenas
-        arr = buffers.empty(src.size).reshape(src.shape)
+        arr: np.ndarray = buffers.empty(src.size).reshape(src.shape)
         np.copyto(arr, src, casting="unsafe")
         if arr.ndim not in (2, 3):
             raise ConfigError(f"a frame is a 2-D uint8 plane (or a stack of channels), got shape {np.shape(indices)}")
