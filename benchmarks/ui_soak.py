@@ -170,8 +170,12 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
         size = int(geo["size"] or cube.shape[0])
         state = {"index": 0, "zoom": 0}
 
+        stalled: dict[str, int] = {}
+        last_kind = [""]
+
         def move(kind: str) -> None:
             moves[kind] += 1
+            last_kind[0] = kind
             if kind == "jump":
                 state["index"] = rng.randrange(size)
                 page.call(SET_INDEX, state["index"])
@@ -206,6 +210,7 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
                 time.sleep(0.02)
             else:
                 frames["no_new_frame"] += 1
+                stalled[last_kind[0]] = stalled.get(last_kind[0], 0) + 1
                 return
             got = page.call(FRAME)
             frames["painted"] = got["painted"]
@@ -245,7 +250,7 @@ def soak(path: Path, px: int, seconds: float, workdir: Path, seed: int = 7,
 
     return {
         "seconds": end["time"] - start["time"], "frame": [px, px], "seed": seed, "warmup_moves": warmup,
-        "moves": moves, "frames": frames, "wrong_frames": wrong, "canvas_counts": canvas,
+        "moves": moves, "frames": frames, "no_new_frame_by_kind": stalled, "wrong_frames": wrong, "canvas_counts": canvas,
         "rss_start": start["rss"], "rss_end": end["rss"], "rss_growth_pct": growth("rss"),
         "cache_start": start["cache"], "cache_end": end["cache"], "pool_start": start["pool"],
         "pool_end": end["pool"], "malloc_start": start["malloc"], "malloc_end": end["malloc"],
@@ -271,7 +276,8 @@ def describe(s: dict[str, Any]) -> str:
     m, f = s["moves"], s["frames"]
     return (f"soak {s['seconds']:.0f} s, {s['frame'][0]}x{s['frame'][1]}: {sum(m.values())} moves "
             f"({', '.join(f'{k} {v}' for k, v in m.items())}); frames painted {f['painted']}, checked "
-            f"{f['checked']}, wrong {f['wrong']} (moves with no new frame in 5 s: {f['no_new_frame']}); "
+            f"{f['checked']}, wrong {f['wrong']} (moves with no new frame in 5 s: {f['no_new_frame']} "
+            f"{s.get('no_new_frame_by_kind', {})}); "
             f"kernel RSS {s['rss_start'] / 1e6:.0f} -> {s['rss_end'] / 1e6:.0f} MB "
             f"({s['rss_growth_pct']:+.1f} %; its engine cache {s['cache_start'] / 1e6:.0f} -> "
             f"{s['cache_end'] / 1e6:.0f} MB, recycled buffers {s['pool_start'] / 1e6:.0f} -> "
