@@ -56,6 +56,7 @@ import numpy as np
 from .ui_pages import (
     COUNT_WS,
     NO_LEAVE_PROMPT,
+    PAGE_STAGES,
     canvas_page,
     explorer_page,
     open_page,
@@ -168,6 +169,16 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
                   + (f"; frames {b['canvas'].get('by_encoding')}" if b.get("canvas") else "")
                   + (f"; {b['scans']} background scans, {b.get('pauses', 0)} pauses "
                      f"({b.get('paused_s', 0)} s)" if "scans" in b else ""))
+    for key in ("browser", "browser_nodelay"):
+        pages = (result.get(key) or {}).get("pages", {})
+        if pages:
+            print("in the page, per frame (ms p50): " + ", ".join(n for n, _, _ in PAGE_STAGES)
+                  + ", draw's histogram")
+        for name, b in pages.items():
+            st = b.get("page_stages_ms") or {}
+            cells = [("-" if st.get(n) is None else f"{st[n]['p50']:.2f}")
+                     for n in [n for n, _, _ in PAGE_STAGES] + ["draw_histogram"]]
+            print(f"  {name:22s} {' / '.join(cells)}  ({st.get('frames', 0)} frames)")
     p = result.get("pyramid")
     if p:
         ms = {k: "-" if p[k] is None else f"{p[k]:.0f}" for k in ("first_paint_ms", "overview_ms")}

@@ -33,6 +33,7 @@ COUNT_WS = """(() => {
       if (String(url).includes('/channels')) {
         this.addEventListener('message', (e) => {
           if (tally.on) { tally.recv += size(e.data); tally.nrecv += 1; }
+          if (size(e.data) > 100000) tally.lastBinary = performance.now();  // a frame's arrival
         });
       }
     }
@@ -163,16 +164,41 @@ def timed_moves(page: Page, handle: str, timed: str, want: Any, moves: int, warm
     for i in range(1, warmup + moves + 1):
         if i == warmup + 1:
             page.call("() => { Object.assign(window.__tse_ws, {recv: 0, sent: 0, nrecv: 0, nsent: 0, on: true}); "
-                      "window.__tse_marks = []; }")
+                      "window.__tse_marks = []; window.__tse_profile = []; }")
         page.press("ArrowRight")
         ms = page.call(timed, want(i))
         if i > warmup:
             latencies.append(ms)
         time.sleep(0.05 + rng.uniform(0, 1 / 60))
     time.sleep(0.5)
-    traffic = page.call("() => { window.__tse_ws.on = false; "
-                        "return Object.assign({marks: window.__tse_marks || []}, window.__tse_ws); }")
+    traffic = page.call("() => { window.__tse_ws.on = false; const profile = window.__tse_profile || []; "
+                        "window.__tse_profile = null; "
+                        "return Object.assign({marks: window.__tse_marks || [], profile}, window.__tse_ws); }")
     return latencies, traffic
+
+
+#: the page's stages of a frame (``window.__tse_profile``, marked by the canvas's JS): from the
+#: key press to the frame's websocket message (the kernel and the link), to the widget's
+#: handler (JupyterLab's message decode and comm dispatch), to its pixels decoded (raw: none),
+#: coloured (colour table, putImageData), drawn (drawImage, axes, histogram), and the next
+#: animation frame (the paint); ``draw_histogram``: the histogram, its fields and chips, drawn
+#: after the image is painted (off the move's path)
+PAGE_STAGES = (("kernel_and_link", "key", "ws"), ("message_decode", "ws", "recv"),
+               ("pixels_decode", "recv", "decoded"), ("colour", "decoded", "coloured"),
+               ("draw", "coloured", "drawn"), ("to_paint", "drawn", "raf"))
+
+
+def page_stages(profile: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50 / p95 ms of each of :data:`PAGE_STAGES` (and of the histogram's part of ``draw``)."""
+    out: dict[str, Any] = {"frames": len(profile)}
+    for name, a, b in PAGE_STAGES:
+        v = [r[b] - r[a] for r in profile if r.get(a) is not None and r.get(b) is not None and r[b] >= r[a]]
+        out[name] = ({"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)), "n": len(v)}
+                     if v else None)
+    h = [r["hist"] for r in profile if r.get("hist") is not None]
+    out["draw_histogram"] = {"p50": float(np.percentile(h, 50)), "p95": float(np.percentile(h, 95)),
+                             "n": len(h)} if h else None
+    return out
 
 
 def per_move(traffic: dict[str, Any]) -> list[tuple[int, int]]:
@@ -202,6 +228,7 @@ def summary(kind: str, latencies: list[float], traffic: dict[str, Any], px: int,
                                  "total": (traffic["nrecv"] + traffic["nsent"]) / moves,
                                  "median": float(np.median(counts)) if counts else None,
                                  "max": max(counts) if counts else None},
+        "page_stages_ms": page_stages(traffic.get("profile") or []),
         "displayed_pixels": pixels,
         "bytes_limit": 2 * pixels * 4,
     }

@@ -102,6 +102,72 @@ def test_the_pool_keeps_at_most_its_limit(monkeypatch):
     assert buffers.stats()["free_bytes"] == 0
 
 
+def test_a_size_not_asked_for_lately_leaves_the_pool():
+    """A long session of pans and zooms asks for ever new sizes: a free buffer that is not
+    reused within POOL_AGE of the pool's allocations is unmapped, so the pool holds what the
+    recent reads need (it kept every size class it ever saw, up to its limit, and a soak's
+    memory grew with each one it met)."""
+    import gc
+
+    from tsexplore.sources import buffers
+
+    buffers.clear()
+    sizes = [buffers.size_class((1 << 18) * k) for k in range(4, 12)]  # 8 classes, 1 to 2.75 MiB
+    old = [buffers.empty(n) for n in sizes]
+    del old
+    gc.collect()
+    before = buffers.stats()
+    assert before["free_bytes"] == sum(sizes)
+    for _ in range(buffers.POOL_AGE + 1):  # a steady stream of one size: its buffer is reused
+        a = buffers.empty(300_000)
+        a[:] = 1
+        del a
+    after = buffers.stats()
+    assert after["free_bytes"] == buffers.size_class(300_000)  # only the size in use
+    assert after["aged"] - before["aged"] == len(sizes)
+    assert after["mapped"] - before["mapped"] == 1 and after["reused"] - before["reused"] == buffers.POOL_AGE
+    buffers.clear()
+
+
+def test_the_recycled_buffers_are_counted_inside_the_one_cache_budget():
+    """The pool holds at most what the engine's cache leaves of the one budget, and the cache
+    makes room by unmapping free buffers before it evicts a chunk: cache + pool <= budget
+    (the pool lived beside the budget: an eighth of it more, at most 512 MiB)."""
+    import gc
+
+    from tsexplore.sources import buffers
+
+    mib = 1 << 20
+    tse.config.set(cache_bytes=48 * mib)
+    engine = tse.get_engine()
+    cache = engine.cache
+    buffers.clear()
+    for k in range(40):
+        assert cache.put(("test", k), np.zeros(mib, np.uint8))
+    assert buffers.pool_limit() == 8 * mib  # what the cache leaves (the pool's own floor is 64)
+    freed = [buffers.empty(mib) for _ in range(16)]
+    del freed
+    gc.collect()
+    assert buffers.stats()["free_bytes"] == 8 * mib
+    assert cache.bytes_now + buffers.stats()["free_bytes"] <= cache.budget
+    assert cache.put(("test", "more"), np.zeros(6 * mib, np.uint8))  # room made in the pool first
+    assert cache.bytes_now == 46 * mib and cache.evictions == 0
+    assert cache.bytes_now + buffers.stats()["free_bytes"] <= cache.budget
+    # a full cache: each chunk it evicts to make room leaves its buffer for the next decode
+    cache.clear()
+    for k in range(48):
+        assert cache.put(("full", k), buffers.empty(mib))
+    before = buffers.stats()
+    for k in range(48, 80):
+        assert cache.put(("full", k), buffers.empty(mib))
+    after = buffers.stats()
+    assert after["reused"] - before["reused"] >= 31 and after["mapped"] - before["mapped"] <= 1
+    assert cache.bytes_now + after["free_bytes"] <= cache.budget + mib  # the one evicted last
+    tse.close()  # the budget's engine gone: the pool goes back to its own limit
+    assert buffers.pool_limit() >= 64 * mib
+    buffers.clear()
+
+
 def test_reused_buffers_give_exact_values_when_chunks_are_not_cached(tmp_path):
     """A one-pass scan recycles its decode buffers; every chunk must still be its own data."""
     from tsexplore.sources import buffers

@@ -457,3 +457,36 @@ def wait_for(cond, what, timeout=60.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def test_the_plans_of_a_long_session_of_pans_and_zooms_stay_a_few_megabytes():
+    """Every pan and zoom plans a new region (and the part decodes a new box of each chunk):
+    the memos of plans and of box layouts are full after a warm-up and hold at most a few MB.
+    With 4,096 entries each they held ~17 MB and were still filling after a 10-minute soak
+    of random moves (the kernel's memory grew with them)."""
+    import random
+    import tracemalloc
+
+    from tsexplore.engine import planning
+    from tsexplore.sources import blosc_partial
+
+    planning._plans.clear()
+    planning._dims.clear()
+    blosc_partial.layout.cache_clear()
+    rng = random.Random(3)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3 * max(planning.PLAN_MEMORY, blosc_partial.LAYOUTS)):  # a long session
+            y0, x0, n = rng.randrange(0, 700), rng.randrange(0, 700), rng.randrange(100, 324)
+            planning.plan_selection((rng.randrange(64), slice(y0, y0 + n), slice(x0, x0 + n)),
+                                    (64, 1024, 1024), (16, 256, 256))
+            t = rng.randrange(16)
+            blosc_partial.layout((16, 256, 256), 4, ((t, t + 1), (y0 % 200, y0 % 200 + 50), (x0 % 200, 256)),
+                                 1 << 18, 1 << 22)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(planning._plans) <= planning.PLAN_MEMORY and len(planning._dims) <= planning.PLAN_MEMORY
+    assert blosc_partial.layout.cache_info().currsize <= blosc_partial.LAYOUTS
+    assert held <= 6 << 20, f"the plan and layout memos hold {held / 2**20:.1f} MiB"

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..sources import buffers
+
 Range = tuple[float, float]
 HIST_BINS = 256
 OUTSIDE = HIST_BINS + 8  # the float32 bin of values not counted
@@ -55,7 +57,7 @@ def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
     scale = np.float32(254.0 / (hi - lo) if hi > lo else 0.0)
     arr = np.asarray(data)
     flat = arr.reshape(-1)
-    out = np.empty(flat.size, np.uint8)
+    out = buffers.empty(flat.size)  # recycled (not malloc's): its size changes with each zoom
     with np.errstate(all="ignore"):
         for start in range(0, flat.size, BLOCK):
             part = flat[start:start + BLOCK]

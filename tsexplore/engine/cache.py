@@ -12,14 +12,16 @@ Two tiers share one least-recently-used order and one budget:
 The lock guards only the dictionary and the counters; it is never held while reading or
 decoding. Anything larger than the whole budget is returned to its caller but not kept.
 ``bytes_now`` (both tiers) never exceeds ``budget`` (checked by the 8-thread hammer test),
-and ``high_water`` records the largest ``bytes_now`` ever seen.
+and ``high_water`` records the largest ``bytes_now`` ever seen. Memory held outside the cache
+for the same budget (the recycled buffers: :mod:`tsexplore.sources.buffers`) is given up
+first: ``outside`` (``trim(to)``) is asked to hold at most what a new entry leaves.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +62,9 @@ def _size(value: Any) -> int:
 class ChunkCache:
     """An LRU of decoded chunks and encoded bytes bounded by ``budget`` bytes."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, outside: Callable[[int], object] | None = None) -> None:
+        #: ``outside(to)``: memory counted in the same budget, trimmed to ``to`` bytes to make room
+        self.outside = outside
         self._lock = threading.Lock()
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._pins: dict[Hashable, int] = {}
@@ -128,6 +132,8 @@ class ChunkCache:
         return self._keep(key, value, value.nbytes)
 
     def _keep(self, key: Hashable, value: Any, size: int) -> bool:
+        if self.outside is not None:  # what the budget holds outside the cache goes first
+            self.outside(self._budget - self.bytes_now - size)
         with self._lock:
             self._pop_locked(key)
             if size > self._budget:

@@ -199,8 +199,11 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
 _plans: dict[tuple[object, ...], SelectionPlan] = {}
 #: recent plans of one dimension's slice, by (start, stop, step, size, chunk length)
 _dims: dict[tuple[object, ...], DimPlan] = {}
-#: plans kept in each memo (a plan of one chunk is about 2 kB; the oldest goes first)
-PLAN_MEMORY = 4096
+#: plans kept in each memo, the oldest going first: a frame's plan with its dims' is about
+#: 2 kB, so a memo holds at most ~2 MB. Every pan and zoom plans a new region, so a memo fills
+#: in a few minutes of them: it must be small enough to be full after a warm-up (4096 grew a
+#: viewer's memory for a quarter of an hour)
+PLAN_MEMORY = 1024
 
 
 def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:

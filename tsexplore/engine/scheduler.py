@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import config
 from ..errors import EngineClosedError, RequestCancelledError
-from ..sources import close_async_resources
+from ..sources import buffers, close_async_resources
 from ..sources.base import ChunkIndex, ChunkSource
 from .absent import AbsentChunks
 from .activity import VisibleActivity
@@ -61,7 +61,10 @@ class Engine:
         apply_switch_interval()
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
         self._unwatch: Callable[[], None] = lambda: None
-        if cache_bytes is None:
+        self._room_before: Callable[[], int] | None = None
+        if cache_bytes is None:  # the process's engine: the recycled buffers share its budget
+            self.cache.outside = buffers.trim
+            self._room_before = buffers.limit_by(self._pool_room)
             self._unwatch = config.watch(self._settings_changed)
             self._settings_changed(config.get())  # a change made while this one started
         self.stats = Stats()
@@ -82,6 +85,11 @@ class Engine:
         #: read-ahead hints, what one-pass readers took, what became of the guesses
         self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
+
+    def _pool_room(self) -> int:
+        """What the cache leaves of the budget: the most the recycled buffers may hold (read
+        without the cache's lock: a finalizer asks it)."""
+        return self.cache.budget - self.cache.bytes_now
 
     def _settings_changed(self, settings: config.Settings) -> None:
         if settings.cache_bytes != self.cache.budget:
@@ -506,6 +514,8 @@ class Engine:
             return
         self._closed = True
         self._unwatch()
+        if buffers.counted_by(self._pool_room):
+            buffers.limit_by(self._room_before)
         for read in self._table.clear():
             if not read.future.done():
                 read.future.set_exception(EngineClosedError("the tsexplore engine was closed"))

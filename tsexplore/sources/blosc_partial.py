@@ -283,7 +283,11 @@ class Layout:
     decoded: int  # bytes of the blocks
 
 
-@functools.lru_cache(maxsize=4096)
+#: layouts kept (about 2 kB each with their run offsets: ~2 MB; every pan makes new boxes)
+LAYOUTS = 1024
+
+
+@functools.lru_cache(maxsize=LAYOUTS)
 def layout(shape: tuple[int, ...], itemsize: int, box: Box, blocksize: int, nbytes: int) -> Layout:
     """The :class:`Layout` of ``box`` in a C-ordered chunk of ``shape`` stored in blocks of
     ``blocksize`` bytes (``nbytes`` decoded in all)."""

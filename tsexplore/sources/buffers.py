@@ -12,7 +12,14 @@ more are written into buffers that are recycled once the last array viewing them
   own allocations (play p95 +0.7 ms, scrub -6 %);
 - a ``weakref.finalize`` on the root array returns the mapping to a free list keyed by its
   size when the array (and every view of it, which keep it alive) is garbage;
-- the free list holds at most :func:`pool_limit` bytes; beyond that mappings are unmapped;
+- the free buffers are one least-recently-returned list: it holds at most :func:`pool_limit`
+  bytes (the oldest go first to make room for a newer one), and a buffer not reused within
+  :data:`POOL_AGE` of the pool's allocations is unmapped, so the pool holds what the recent
+  reads need -- not the high-water mark of every size a long session ever saw;
+- the pool is counted inside the one cache budget: the engine tells it how much of the budget
+  its cache leaves (:func:`limit_by`), the pool never holds more than that, and the cache makes
+  room by trimming the pool (:func:`trim`) before it evicts a chunk (a chunk it evicts to make
+  room is returned while its bytes are still free, so a full cache's next decode reuses it);
 - sizes are rounded up to a size class (:func:`size_class`: four per power of two, so at most
   a quarter more, and the pages beyond what is written are never touched), so frames whose
   size changes with every pan and zoom share a few buffers instead of each filling the pool
@@ -23,41 +30,102 @@ Nothing is ever handed out twice: a buffer returns to the pool only when no arra
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import threading
 import weakref
-from collections import defaultdict
+from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
 MIN_POOLED = 1 << 18
+#: a free buffer not reused within this many of the pool's allocations is unmapped
+POOL_AGE = 64
 _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
 _lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
-_free: dict[int, list[mmap.mmap]] = defaultdict(list)
+#: free buffers, oldest returned first: id -> (size, mapping, the allocation clock then)
+_free: OrderedDict[int, tuple[int, mmap.mmap, int]] = OrderedDict()
+#: free buffers by size, newest last (ids into ``_free``)
+_by_size: dict[int, list[int]] = {}
 _free_bytes = 0
-_counters = {"reused": 0, "mapped": 0, "returned": 0, "unmapped": 0}
+_clock = itertools.count()
+_now = 0
+_counters = {"reused": 0, "mapped": 0, "returned": 0, "unmapped": 0, "aged": 0}
+#: what the one cache budget leaves for the pool (set by the engine: :func:`limit_by`)
+_room: Callable[[], int] | None = None
+
+
+def limit_by(room: Callable[[], int] | None) -> Callable[[], int] | None:
+    """Count the pool inside a budget: ``room()`` is what the budget leaves (the engine's
+    cache budget less its bytes); the pool then holds at most that (None: no budget).
+    Returns the ``room`` it counted in before."""
+    global _room
+    before, _room = _room, room
+    trim(pool_limit())
+    return before
+
+
+def counted_by(room: Callable[[], int]) -> bool:
+    """Whether the pool is counted inside the budget ``room`` tells (:func:`limit_by`)."""
+    return _room == room
 
 
 def pool_limit() -> int:
-    """Most bytes kept mapped for reuse: an eighth of the cache budget, at most 512 MiB."""
+    """Most bytes kept mapped for reuse: an eighth of the cache budget (at least 64 MiB, at
+    most 512 MiB), and never more than the cache leaves of the budget (:func:`limit_by`)."""
     from .. import config
 
-    return int(min(512 << 20, max(64 << 20, config.get().cache_bytes // 8)))
+    limit = int(min(512 << 20, max(64 << 20, config.get().cache_bytes // 8)))
+    room = _room
+    return limit if room is None else max(0, min(limit, int(room())))
+
+
+def _drop_oldest_locked() -> mmap.mmap:
+    """Take the oldest free buffer out of the pool (lock held); the caller lets it go."""
+    global _free_bytes
+    key, (size, m, _) = _free.popitem(last=False)
+    stack = _by_size[size]
+    stack.remove(key)  # the oldest of its size: at the front
+    if not stack:
+        del _by_size[size]
+    _free_bytes -= size
+    return m
+
+
+def trim(to: int) -> int:
+    """Unmap the oldest free buffers until the pool holds at most ``to`` bytes; returns the
+    bytes it now holds (the cache calls this to make room inside the one budget)."""
+    with _lock:
+        dropped = []
+        while _free and _free_bytes > max(0, to):
+            dropped.append(_drop_oldest_locked())
+            _counters["unmapped"] += 1
+        held = _free_bytes
+    del dropped  # unmapped as the last references go (outside the lock)
+    return held
 
 
 def _give_back(m: mmap.mmap, nbytes: int) -> None:
     """Finalizer of a root array. It runs while the array is being deallocated, which still
-    holds its buffer export, so the mapping cannot be closed here: beyond the pool's limit it
-    is dropped and unmapped when the export goes."""
+    holds its buffer export, so the mapping cannot be closed here: a buffer dropped (beyond
+    the pool's limit, or the oldest to make room) is unmapped when its last export goes."""
     global _free_bytes
+    limit = pool_limit()
     with _lock:
-        if _free_bytes + nbytes <= pool_limit():
-            _free[nbytes].append(m)
-            _free_bytes += nbytes
-            _counters["returned"] += 1
-        else:
+        if nbytes > limit:
             _counters["unmapped"] += 1
+            return
+        dropped = []
+        while _free_bytes + nbytes > limit:
+            dropped.append(_drop_oldest_locked())
+            _counters["unmapped"] += 1
+        _free[id(m)] = (nbytes, m, _now)
+        _by_size.setdefault(nbytes, []).append(id(m))
+        _free_bytes += nbytes
+        _counters["returned"] += 1
+    del dropped
 
 
 def size_class(nbytes: int) -> int:
@@ -70,19 +138,28 @@ def size_class(nbytes: int) -> int:
 
 def empty(nbytes: int) -> np.ndarray:
     """An uninitialised ``uint8`` array of ``nbytes``, recycled when it is no longer used."""
-    global _free_bytes
+    global _free_bytes, _now
     if nbytes < MIN_POOLED:
         return np.empty(nbytes, dtype=np.uint8)
     size = size_class(nbytes)
     m = None
+    aged = []
     with _lock:
-        stack = _free.get(size)
+        _now = now = next(_clock)
+        while _free and next(iter(_free.values()))[2] < now - POOL_AGE:  # not reused lately
+            aged.append(_drop_oldest_locked())
+            _counters["aged"] += 1
+        stack = _by_size.get(size)
         if stack:
-            m = stack.pop()
+            key = stack.pop()
+            m = _free.pop(key)[1]
+            if not stack:
+                del _by_size[size]
             _free_bytes -= size
             _counters["reused"] += 1
         else:
             _counters["mapped"] += 1
+    del aged  # unmapped outside the lock
     if m is None:
         m = mmap.mmap(-1, size, flags=_FLAGS)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
@@ -91,7 +168,8 @@ def empty(nbytes: int) -> np.ndarray:
 
 
 def stats() -> dict[str, int]:
-    """Counters (reused, mapped, returned, unmapped) and the bytes now held for reuse."""
+    """Counters (reused, mapped, returned, unmapped: beyond the limit, aged: not reused
+    within :data:`POOL_AGE` allocations) and the bytes now held for reuse."""
     with _lock:
         return {**_counters, "free_bytes": _free_bytes}
 
@@ -100,7 +178,8 @@ def clear() -> None:
     """Unmap every buffer held for reuse (buffers in use are not touched)."""
     global _free_bytes
     with _lock:
-        held = [m for stack in _free.values() for m in stack]
+        held = [m for _, m, _ in _free.values()]
         _free.clear()
+        _by_size.clear()
         _free_bytes = 0
     del held  # unmapped as the last references go

@@ -32,6 +32,7 @@ import numpy as np
 import traitlets as t
 
 from ..errors import ConfigError
+from ..sources import buffers
 from ._axes import AxisMap
 from ._frames import (
     ENCODINGS,
@@ -203,7 +204,11 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         returns the generation."""
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-        arr = np.array(indices, dtype=np.uint8, order="C", copy=True)  # the caller may reuse its buffer
+        src = np.asarray(indices)
+        # a copy (the caller may reuse its buffer) in a recycled buffer: a frame's size changes
+        # with every pan and zoom, and fresh ones would leave their sizes in malloc's arenas
+        arr: np.ndarray = buffers.empty(src.size).reshape(src.shape)
+        np.copyto(arr, src, casting="unsafe")
         if arr.ndim not in (2, 3):
             raise ConfigError(f"a frame is a 2-D uint8 plane (or a stack of channels), got shape {np.shape(indices)}")
         nch = 1 if arr.ndim == 2 else int(arr.shape[0])

@@ -145,6 +145,13 @@ class State {
     const t = performance.now();
     if (msg.type === "frame") {
       this.counts.received++;
+      // the page's stages of a frame, only when a benchmark asks (window.__tse_profile = [])
+      const prof = window.__tse_profile;
+      if (prof && prof.length < 10000) {
+        const ws = window.__tse_ws;
+        prof.push(this.prof = { seq: msg.seq, index: msg.index, key: window.__tse_t0 ?? null,
+                                ws: ws && ws.lastBinary != null ? ws.lastBinary : null, recv: t });
+      } else this.prof = null;
       const bytes = bytesOf(buffers && buffers[0]);
       this.counts.bytes += bytes.byteLength;
       this.flushAck(); // a held ack belongs to an older frame
@@ -201,7 +208,10 @@ class State {
     const img = same ? old.img : new ImageData(Math.max(1, w), Math.max(1, h));
     const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, clims: msg.clims || [msg.clim],
                     nch: msg.channels || 1, canvas, img, extent: { y0, y1, x0, x1 } };
+    const prof = this.prof && this.prof.seq === msg.seq ? this.prof : null;
+    if (prof && prof.decoded == null) prof.decoded = performance.now();
     this.colour(layer);
+    if (prof) prof.coloured = performance.now();
     if (mode === "base") { // a newer picture's overview: the older picture goes
       this.base = layer; this.baseGen = msg.gen;
       if (msg.gen > this.gen) { this.layers = []; this.gen = msg.gen; }
@@ -214,6 +224,10 @@ class State {
     if (hist) this.hist = hist;
     this.counts.painted++;
     this.drawAll(msg);
+    if (prof) {
+      prof.drawn = performance.now();
+      requestAnimationFrame(() => { prof.raf = performance.now(); });
+    }
     if (this.playing && (msg.index == null || msg.index === this.index)) this.stepLater();
   }
 
@@ -465,6 +479,19 @@ class View {
       Object.assign(this.el.dataset, { climLo: cur[0], climHi: cur[1], histLo: r[0], histHi: r[1] });
     }
   }
+  // A new frame's histogram, range fields and channel chips are drawn after its image is
+  // painted (the frame after; once however many frames came meanwhile), so they are not on
+  // the move's path: the bare canvas has none of them.
+  histLater() {
+    if (this.histPending) return;
+    this.histPending = true;
+    requestAnimationFrame(() => setTimeout(() => {
+      this.histPending = false;
+      const prof = this.s.prof, t0 = prof ? performance.now() : 0;
+      this.drawHist(); this.buildChips();
+      if (prof) prof.hist = (prof.hist || 0) + performance.now() - t0;
+    }, 0));
+  }
   buildChips() {
     const s = this.s, m = s.last, n = s.nch();
     const names = s.model.get("channel_names") || [], colours = s.model.get("channel_colors") || [];
@@ -553,7 +580,8 @@ class View {
     this.roiRect(g);
     g.restore();
     this.axes(g, w, h);
-    this.drawHist(); this.buildChips();
+    if (msg) this.histLater(); // a new frame: its image first, its histogram after
+    else { this.drawHist(); this.buildChips(); } // a handle dragged, a channel picked: at once
     this.el.dataset.plot = `${M.left},${M.top},${w},${h}`;
     const last = s.last;
     if (last) {
