@@ -69,6 +69,7 @@ def test_frames_of_changing_size_share_a_few_size_classes():
 
     from tsexplore.sources import buffers
 
+    gc.collect()  # earlier tests' garbage returns its buffers now, and is cleared
     buffers.clear()
     before = buffers.stats()
     sizes = [1_000_000 + 1999 * i for i in range(100)]  # 1.0 to 1.2 MB, all different
@@ -78,7 +79,6 @@ def test_frames_of_changing_size_share_a_few_size_classes():
         assert a.nbytes == n and np.all(a == 7)
         del a  # no reference cycle: the finalizer runs here (a gc.collect() per size took
         # seconds in a worker whose heap holds the whole suite)
-    gc.collect()
     after = buffers.stats()
     assert after["mapped"] - before["mapped"] <= 2  # the 1 MiB and 1.25 MiB classes
     assert after["reused"] - before["reused"] >= len(sizes) - 2
