@@ -57,6 +57,31 @@ def test_indices_and_the_range_they_came_from():
         to_indices(np.zeros((2, 2)), (1, 1))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_a_narrow_range_far_from_zero_keeps_its_254_steps(dtype):
+    """Pressure-like values (101325 + a range of 0.05, or ints near 10^12 spanning 254): the
+    offset is taken in the data's precision; in float32 the range kept a few steps (the
+    property test below found it at 512.85 + 0.06)."""
+    lo = 101325.0 if dtype == "float64" else 10.0**12
+    span = 0.05 if dtype == "float64" else 254.0
+    values = np.linspace(lo, lo + span, 2000) if dtype == "float64" else lo + np.arange(255)
+    values = values.astype(dtype)
+    got = to_uint8(values, (lo, lo + span)).astype(int)
+    want = np.floor(np.clip((values - lo) * (254 / span), 0, 254) + 1.5).astype(int)
+    assert np.abs(got - want).max() <= 1
+    assert len(np.unique(got)) == 255
+
+
+@pytest.mark.parametrize(("lo", "span"), [(512.85, 0.11), (512.85, 1.7), (7777.7, 1.7)])
+def test_the_histogram_of_a_narrow_float64_range_far_from_zero_is_numpys(lo, span):
+    """(Taking the offset in float32 put 50-400 of these 10,000 values in the wrong bins.)"""
+    from tsexplore.controller.colour import HIST_BINS, frame_histogram
+
+    values = lo + np.random.default_rng(3).uniform(0, span, 10_000)  # > 4096: the float32 path
+    h = frame_histogram(values, (lo, lo + span))
+    np.testing.assert_array_equal(h.counts, np.histogram(values, HIST_BINS, h.range)[0])
+
+
 @settings(max_examples=60, deadline=None)
 @given(lo=st.floats(-1e3, 1e3), span=st.floats(1e-2, 1e3), dlo=st.floats(-1e3, 1e3),
        dspan=st.floats(1e-2, 1e3))

@@ -62,7 +62,10 @@ def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
         for start in range(0, flat.size, BLOCK):
             part = flat[start:start + BLOCK]
             x = scratch("colour", part.size, np.float32)
-            np.subtract(part, np.float32(lo), out=x, dtype=np.float32, casting="unsafe")
+            # the offset is taken in the data's own precision (float64 data, wide ints): in
+            # float32, values of 512.85 + a range of 0.01 lose all but a few of the 254 steps
+            work = np.float32 if np.result_type(part.dtype, np.float32) == np.float32 else np.float64
+            np.subtract(part, work(lo), out=x, dtype=work, casting="unsafe")
             x *= scale
             finite = bool(np.isfinite(np.add.reduce(x)))  # one pass: no NaN, no inf
             bad = None if finite else ~np.isfinite(x)
@@ -136,7 +139,8 @@ def histogram_range(data: np.ndarray, clim: Range) -> Range:
 def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
     """:data:`HIST_BINS` bins of the finite values of ``data`` over :func:`histogram_range`,
     equal to NumPy's ``np.histogram(finite, HIST_BINS, range)`` (bin ``k`` holds
-    ``edge[k] <= v < edge[k + 1]``, the last one also ``v == hi``). Made in float32 (a few
+    ``edge[k] <= v < edge[k + 1]``, the last one also ``v == hi``). Made in float32 after the
+    offset is taken in the data's precision (a few
     passes over the frame, in scratch buffers); the values within rounding of an edge are
     placed again by NumPy itself (its edges are of the data's float type)."""
     flat = np.asarray(data).ravel()
@@ -155,7 +159,8 @@ def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
         frac = scratch("frac", n, np.float32)
         near, near2 = scratch("near", n, np.bool_), scratch("near2", n, np.bool_)
         with np.errstate(all="ignore"):
-            np.subtract(part, np.float32(lo), out=x, dtype=np.float32, casting="unsafe")
+            work = np.float32 if part.dtype == np.float32 else np.float64  # as in to_uint8
+            np.subtract(part, work(lo), out=x, dtype=work, casting="unsafe")
             x *= scale
             if not finite:
                 x[~np.isfinite(x)] = OUTSIDE  # NaN (and inf) are not counted
