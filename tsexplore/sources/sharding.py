@@ -236,13 +236,14 @@ class ShardReader:
 
     def _plan(self, indices: list[ChunkIndex], index: np.ndarray) -> tuple[list[Any], list[Run]]:
         """Per member: None (absent) or its (offset, length); and the coalesced runs."""
-        spans: list[Any] = []
-        for idx in indices:
-            if index.size == 0:
-                spans.append(None)
-                continue
-            off, n = (int(v) for v in index[self.layout.shard_of(idx)[1]])
-            spans.append(None if off == MAX_UINT64 else (off, n))
+        spans: list[Any]
+        if index.size == 0:
+            spans = [None] * len(indices)
+        else:  # the members' (offset, length) pairs, looked up at once
+            cps = self.layout.chunks_per_shard
+            inner = np.array([[i % n for i, n in zip(idx, cps)] for idx in indices]).T
+            pairs = index.reshape(-1, 2)[np.ravel_multi_index(tuple(inner), cps)].tolist()
+            spans = [None if off == MAX_UINT64 else (off, n) for off, n in pairs]
         present = [k for k, s in enumerate(spans) if s is not None]
         runs = coalesce([spans[k] for k in present], self.gap, MAX_RUN)
         return spans, [Run(r.start, r.stop, tuple(present[m] for m in r.members)) for r in runs]

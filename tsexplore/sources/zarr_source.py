@@ -209,10 +209,11 @@ class ZarrSource(ChunkSource):
         return self._decode(buf, index), len(buf)
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
-        """Local stores: the byte store asks the kernel to start reading these chunk files,
-        so cold reads overlap with decoding instead of waiting on the disk one by one."""
-        if self._shards is None and self._chain is not None:
-            self._bytes.advise([self.chunk_key(index) for index in indices])
+        """Local stores: the byte store asks the kernel to start reading these chunk files
+        (or the shards holding these inner chunks), so cold reads overlap with decoding
+        instead of waiting on the disk one by one."""
+        if self._chain is not None:
+            self._bytes.advise(list(dict.fromkeys(self.chunk_key(index) for index in indices)))
 
     def _missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
