@@ -142,3 +142,24 @@ def test_play_recycles_the_slabs_it_passed_and_reads_them_again_when_back(cube) 
     assert snap.cache_high_water <= 7 * 4 * 16 * 32 * 32 * 4  # behind + current + 4 ahead, + one
     for t in (0, 20, 127):  # back: read again, right
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+
+
+def test_random_reads_recycle_nothing() -> None:
+    """Random jumps (which now and then go the same way twice) keep every chunk they read:
+    only a steady pattern recycles what it passed."""
+    from tsexplore.engine.array import read_selection
+    from tsexplore.sources import ArraySource
+
+    n = 2000
+    values = np.arange(n * 16, dtype="float32").reshape(n, 4, 4)
+    source = ArraySource(values, dims=("time", "y", "x"), chunks=(1, 4, 4), name="tiny")
+    rng = np.random.default_rng(0)
+    every = slice(None)
+    for i in rng.permutation(n).tolist():
+        read_selection(source, (i, every, every))
+    time.sleep(0.1)  # plans made after cached reads run on the engine's thread
+    before = tse.stats()
+    for i in rng.integers(0, n, 2000).tolist():
+        np.testing.assert_array_equal(read_selection(source, (i, every, every)), values[i])
+    snap = tse.stats() - before
+    assert snap.misses == 0 and snap.hits == 2000, snap

@@ -348,7 +348,7 @@ class Prefetcher:
                 self._mode.pop(source.token, None)
             return []
         mode, targets, views, steady = found
-        if mode[0] == "momentum" and views is None and not one_pass:
+        if mode[0] == "momentum" and views is None and steady and not one_pass:
             self._recycle_behind(source, history, int(mode[1]))  # type: ignore[call-overload]
         track = self.guesses(source, str(mode[0]))
         room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
@@ -374,7 +374,8 @@ class Prefetcher:
         return indices
 
     def _recycle_behind(self, source: ChunkSource, history: list[Observation], axis: int) -> None:
-        """A view moving steadily along ``axis`` through whole chunks (play, scrub) has left
+        """A view moving steadily (equal steps, :func:`steady_steps`) along ``axis`` through
+        whole chunks (play, scrub) has left
         the slabs the last step passed, beyond the :attr:`trail_slabs` just behind it: their
         decoded chunks leave the cache (unless pinned), so their buffers decode the slabs
         ahead. Every chunk kept is fresh memory, first touched at about half the cost of
@@ -387,7 +388,7 @@ class Prefetcher:
         else:
             passed = range(last + self.trail_slabs + 1, plast + self.trail_slabs + 1)
         passed = range(max(0, passed.start), min(source.grid_shape[axis], passed.stop))
-        if not passed:
+        if not passed or len(passed) > self.max_slabs:  # nothing passed, or a jump: keep all
             return
         spans = [range(lo, hi + 1) for lo, hi in history[-1].ranges]
         spans[axis] = passed
