@@ -120,3 +120,46 @@ def test_play_decodes_ahead_only_what_it_shows(cube) -> None:  # type: ignore[no
     assert snap.prefetch_used_ratio >= 0.9, snap
     assert snap.decoded_ratio <= 1.1, snap  # nothing decoded that play did not show
     assert snap.hits + snap.joined >= 0.8 * 128 * 4, snap
+
+
+def test_play_recycles_the_slabs_it_passed_and_reads_them_again_when_back(cube) -> None:  # type: ignore[no-untyped-def]
+    """A view moving steadily through whole chunks keeps one slab behind it decoded; the
+    slabs before that leave the cache (their buffers decode the slabs ahead), and a frame
+    in them reads right again."""
+    path, values = cube
+    da = tse.open_dataset(path)["temp"]
+    engine = tse.get_engine()
+    behind = []  # per frame, the oldest time-slab still decoded in the cache
+    for t in range(128):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        time.sleep(0.01)
+        slabs = [k.index[0] for k in engine.cache.keys() if k.part is None and len(k.index) == 3]
+        if slabs:
+            behind.append((t // 16) - min(slabs))
+    assert behind and max(behind[-64:]) <= 2, behind  # the trail (1) and a step in flight
+    snap = tse.stats()
+    assert snap.decoded_ratio <= 1.1, snap  # nothing was decoded twice on the way
+    assert snap.cache_high_water <= 7 * 4 * 16 * 32 * 32 * 4  # behind + current + 4 ahead, + one
+    for t in (0, 20, 127):  # back: read again, right
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+
+
+def test_random_reads_recycle_nothing() -> None:
+    """Random jumps (which now and then go the same way twice) keep every chunk they read:
+    only a steady pattern recycles what it passed."""
+    from tsexplore.engine.array import read_selection
+    from tsexplore.sources import ArraySource
+
+    n = 2000
+    values = np.arange(n * 16, dtype="float32").reshape(n, 4, 4)
+    source = ArraySource(values, dims=("time", "y", "x"), chunks=(1, 4, 4), name="tiny")
+    rng = np.random.default_rng(0)
+    every = slice(None)
+    for i in rng.permutation(n).tolist():
+        read_selection(source, (i, every, every))
+    time.sleep(0.1)  # plans made after cached reads run on the engine's thread
+    before = tse.stats()
+    for i in rng.integers(0, n, 2000).tolist():
+        np.testing.assert_array_equal(read_selection(source, (i, every, every)), values[i])
+    snap = tse.stats() - before
+    assert snap.misses == 0 and snap.hits == 2000, snap

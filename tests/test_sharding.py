@@ -268,3 +268,27 @@ def test_a_failed_member_fails_alone() -> None:
         for k in (0, 2, 3):
             futures[k].result(10)
         assert eng.snapshot().errors == 1
+
+
+def test_a_batch_of_inner_chunks_decodes_in_jobs_over_the_read_threads(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame's inner chunks of one local shard are decoded in parallel jobs (one per read
+    thread), not one after the other on the thread that read them."""
+    from tsexplore.sources.sharding import ShardReader
+
+    path = tmp_path / "s.zarr"
+    values = _write(path, inner=(1, 4, 4))  # a shard's frame: 4 x 4 inner chunks
+    jobs: list[tuple[int, str]] = []
+    decode_all = ShardReader._decode_all
+
+    def recorded(self, indices, members, pieces):  # type: ignore[no-untyped-def]
+        jobs.append((len(members), threading.current_thread().name))
+        return decode_all(self, indices, members, pieces)
+
+    monkeypatch.setattr(ShardReader, "_decode_all", recorded)
+    tse.config.set(io_threads=4)
+    da = tse.open_dataset(path)["data"]
+    np.testing.assert_array_equal(da[0, :16, :16].values, values[0, :16, :16])
+    assert sorted(n for n, _ in jobs) == [4, 4, 4, 4], jobs  # 16 members, 4 jobs of 4
+    assert all(name.startswith("tsexplore-read") for _, name in jobs), jobs
+    assert tse.stats().batched == 16

@@ -180,8 +180,14 @@ class ChunkSource:
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
-        """Number of chunks along each dimension."""
-        return tuple(math.ceil(s / c) if s else 0 for s, c in zip(self.shape, self.chunks))
+        """Number of chunks along each dimension (worked out again when the shape or the
+        chunks are replaced: asked for on every read)."""
+        shape, chunks = self.shape, self.chunks
+        found = self.__dict__.get("_grid")
+        if found is None or found[0] is not shape or found[1] is not chunks:
+            grid = tuple(math.ceil(s / c) if s else 0 for s, c in zip(shape, chunks))
+            found = self.__dict__["_grid"] = (shape, chunks, grid)
+        return found[2]  # type: ignore[no-any-return]
 
     @property
     def nchunks(self) -> int:

@@ -168,11 +168,6 @@ class ByteStore:
         """Like :meth:`get`, blocking (only where ``sync`` is True)."""
         raise NotImplementedError(f"{type(self).__name__} has no blocking reads")
 
-    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
-        """Several bounded ranges of one object, blocking. The answers may be views of a
-        buffer this thread reuses: valid until the thread's next read (decoders copy out)."""
-        return [self.get_sync(key, r) for r in ranges]
-
     async def get_ranges(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
         """Several ranges of one object, fetched concurrently."""
         return list(await asyncio.gather(*(self.get(key, r) for r in ranges)))
@@ -371,37 +366,6 @@ class LocalFiles(ByteStore):
                 pass
             finally:
                 os.close(fd)
-
-    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
-        """The file opened once, every range read into one reused buffer of this thread
-        (fresh memory per read would fault in new pages each time: see :mod:`.buffers`)."""
-        for rng in ranges:
-            count_range(rng)
-        try:
-            fd = os.open(self.path(key), os.O_RDONLY)
-        except FileNotFoundError:
-            return [None] * len(ranges)
-        try:
-            total = sum(len(r) for r in ranges)
-            buf: bytearray | None = getattr(_scratch, "many", None)
-            if buf is None or len(buf) < total:
-                buf = _scratch.many = bytearray(max(total, 2 * len(buf) if buf is not None else 0))
-            view = memoryview(buf)
-            out: list[Buffer | None] = []
-            at = 0
-            for rng in ranges:
-                n = len(rng)
-                got = 0
-                while got < n:
-                    k = os.preadv(fd, [view[at + got : at + n]], rng.start + got)
-                    if not k:
-                        break
-                    got += k
-                out.append(view[at : at + got])
-                at += n
-            return out
-        finally:
-            os.close(fd)
 
 
 def _pread(fd: int, start: int, n: int, reuse: bool, grow: bool) -> memoryview | np.ndarray:

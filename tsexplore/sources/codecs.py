@@ -7,6 +7,7 @@ are decoded by C-Blosc2 when the ``blosc2`` wheel is installed (see :mod:`._cblo
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from dataclasses import dataclass
@@ -55,8 +56,10 @@ class CodecChain:
     order: str = "C"
     crc32c: bool = False
 
-    def decode(self, buf: bytes | memoryview, chunk_shape: tuple[int, ...], where: str) -> np.ndarray:
-        expected = int(np.prod(chunk_shape)) * self.dtype.itemsize
+    def decode(self, buf: bytes | memoryview, chunk_shape: tuple[int, ...], where: object) -> np.ndarray:
+        """``buf`` decoded into a fresh (recycled) buffer; ``where`` names the chunk in errors
+        (formatted only then)."""
+        expected = math.prod(chunk_shape) * self.dtype.itemsize
         data: Any = buf
         if self.crc32c:
             data = _check_crc32c(buf, where)
@@ -119,7 +122,7 @@ class CodecChain:
         return arr
 
 
-def _check_crc32c(buf: bytes | memoryview, where: str) -> memoryview:
+def _check_crc32c(buf: bytes | memoryview, where: object) -> memoryview:
     from numcodecs import CRC32C
 
     if len(buf) < 4:

@@ -23,7 +23,6 @@ to zarr (``layout_from_zarr`` returns None).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import math
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import config
 from ..errors import ChunkReadError, CorruptChunkError
 from .base import ChunkIndex, count_io, read_services
 from .bytes import ByteRange, ByteStore
@@ -42,8 +42,8 @@ LOCAL_GAP = 64 * 1024
 REMOTE_GAP = 1024 * 1024
 #: most bytes one coalesced read fetches
 MAX_RUN = 16 * 1024 * 1024
-#: decoded bytes of one batch (local: one read thread decodes it; remote: in jobs of
-#: DECODE_JOB bytes on the read threads)
+#: decoded bytes of one batch (decoded in jobs of at most DECODE_JOB bytes, spread over the
+#: read threads)
 LOCAL_BATCH_BYTES = 4 * 1024 * 1024
 REMOTE_BATCH_BYTES = 32 * 1024 * 1024
 DECODE_JOB = 4 * 1024 * 1024
@@ -236,13 +236,14 @@ class ShardReader:
 
     def _plan(self, indices: list[ChunkIndex], index: np.ndarray) -> tuple[list[Any], list[Run]]:
         """Per member: None (absent) or its (offset, length); and the coalesced runs."""
-        spans: list[Any] = []
-        for idx in indices:
-            if index.size == 0:
-                spans.append(None)
-                continue
-            off, n = (int(v) for v in index[self.layout.shard_of(idx)[1]])
-            spans.append(None if off == MAX_UINT64 else (off, n))
+        spans: list[Any]
+        if index.size == 0:
+            spans = [None] * len(indices)
+        else:  # the members' (offset, length) pairs, looked up at once
+            cps = self.layout.chunks_per_shard
+            inner = np.array([[i % n for i, n in zip(idx, cps)] for idx in indices]).T
+            pairs = index.reshape(-1, 2)[np.ravel_multi_index(tuple(inner), cps)].tolist()
+            spans = [None if off == MAX_UINT64 else (off, n) for off, n in pairs]
         present = [k for k, s in enumerate(spans) if s is not None]
         runs = coalesce([spans[k] for k in present], self.gap, MAX_RUN)
         return spans, [Run(r.start, r.stop, tuple(present[m] for m in r.members)) for r in runs]
@@ -281,22 +282,17 @@ class ShardReader:
         spans, runs = self._plan(indices, index)
         key = self.source.shard_key(shard)
         ranges = [ByteRange(r.start, r.stop) for r in runs]
-        loop = asyncio.get_running_loop()
+        pieces = self._pieces(shard, spans, runs, await self.store.get_ranges(key, ranges))
         present = [k for k, s in enumerate(spans) if s is not None]
-        if self.store.sync:  # one read thread reads the ranges (into its reused buffer) and decodes
-            def read_decode() -> list[Any]:
-                bufs = self.store.get_ranges_sync(key, ranges) if runs else []
-                return self._decode_all(indices, present, self._pieces(shard, spans, runs, bufs))
-
-            jobs = [present]
-            done = [await loop.run_in_executor(None, contextvars.copy_context().run, read_decode)]
-        else:  # fetched together; decoded in jobs of DECODE_JOB bytes on the read threads
-            pieces = self._pieces(shard, spans, runs, await self.store.get_ranges(key, ranges))
-            step = max(1, DECODE_JOB // max(1, self.source.chunk_nbytes()))
-            jobs = [present[i : i + step] for i in range(0, len(present), step)]
-            done = await asyncio.gather(*(
-                loop.run_in_executor(None, self._decode_all, indices, job, pieces) for job in jobs
-            ))
+        # decoded in jobs spread over the read threads (a frame's inner chunks of one shard
+        # in parallel, not one after the other on one thread), at most DECODE_JOB bytes each
+        per = max(1, self.source.chunk_nbytes())
+        step = max(1, min(DECODE_JOB // per, -(-len(present) // config.get().io_threads)))
+        jobs = [present[i : i + step] for i in range(0, len(present), step)]
+        loop = asyncio.get_running_loop()
+        done = await asyncio.gather(*(
+            loop.run_in_executor(None, self._decode_all, indices, job, pieces) for job in jobs
+        ))
         decoded = {k: r for job, rs in zip(jobs, done) for k, r in zip(job, rs)}
         return self._results(indices, spans, decoded, self._extra(runs, spans, index_bytes))
 

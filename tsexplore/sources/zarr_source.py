@@ -33,6 +33,7 @@ from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, Source
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
 from .bytes import ByteRange, ByteStore, LocalFiles
 from .codecs import chain_from_zarr
+from .local_parts import Where
 from .parts import reader_for
 from .remote import (
     ZarrStoreBytes,
@@ -194,14 +195,14 @@ class ZarrSource(ChunkSource):
     def _decode(self, buf: Any, index: ChunkIndex) -> np.ndarray:
         assert self._chain is not None
         try:
-            arr = self._chain.decode(buf, self.chunks, self._where(index))
+            # the chunk named in words only when an error is raised (not on every decode)
+            arr = self._chain.decode(buf, self.chunks, Where(self, tuple(index)))
         except ChunkReadError as exc:  # the codecs name the chunk in words; add the fields
             exc.source = exc.source or self.token
             exc.index = exc.index if exc.index is not None else tuple(index)
             raise
-        trimmed = self.chunk_shape(index)
-        if trimmed != self.chunks:
-            arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
+        if any((i + 1) * c > n for i, c, n in zip(index, self.chunks, self.shape)):  # an edge
+            arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in self.chunk_shape(index))])
         return arr
 
     def _read_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
@@ -215,10 +216,11 @@ class ZarrSource(ChunkSource):
         return self._decode(buf, index), len(buf)
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
-        """Local stores: the byte store asks the kernel to start reading these chunk files,
-        so cold reads overlap with decoding instead of waiting on the disk one by one."""
-        if self._shards is None and self._chain is not None:
-            self._bytes.advise([self.chunk_key(index) for index in indices])
+        """Local stores: the byte store asks the kernel to start reading these chunk files
+        (or the shards holding these inner chunks), so cold reads overlap with decoding
+        instead of waiting on the disk one by one."""
+        if self._chain is not None:
+            self._bytes.advise(list(dict.fromkeys(self.chunk_key(index) for index in indices)))
 
     def _missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
