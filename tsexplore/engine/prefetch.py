@@ -231,8 +231,6 @@ class Prefetcher:
     """Watches VISIBLE reads per source and queues SPECULATIVE ones."""
 
     max_slabs = 4
-    #: slabs kept decoded behind a view moving along a pattern (:meth:`_recycle_behind`)
-    trail_slabs = 1
     min_chunks_ahead = 16
     max_views = 16
 
@@ -348,8 +346,6 @@ class Prefetcher:
                 self._mode.pop(source.token, None)
             return []
         mode, targets, views, steady = found
-        if mode[0] == "momentum" and views is None and steady and not one_pass:
-            self._recycle_behind(source, history, int(mode[1]))  # type: ignore[call-overload]
         track = self.guesses(source, str(mode[0]))
         room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
         keys, indices, boxes = self._select(source, track, targets, views, one_pass, room)
@@ -372,29 +368,6 @@ class Prefetcher:
             generation=gen, boxes=boxes if views is not None else None, skip_taken=one_pass,
         )
         return indices
-
-    def _recycle_behind(self, source: ChunkSource, history: list[Observation], axis: int) -> None:
-        """A view moving steadily (equal steps, :func:`steady_steps`) along ``axis`` through
-        whole chunks (play, scrub) has left
-        the slabs the last step passed, beyond the :attr:`trail_slabs` just behind it: their
-        decoded chunks leave the cache (unless pinned), so their buffers decode the slabs
-        ahead. Every chunk kept is fresh memory, first touched at about half the cost of
-        decoding it (4 MiB: 2.2-3.4 ms of faults against 5.8 ms of decoding, measured here);
-        a chunk the view comes back to is decoded again, and the slabs ahead are read at
-        full speed in the new direction."""
-        (pfirst, plast), (first, last) = history[-2].ranges[axis], history[-1].ranges[axis]
-        if first > pfirst:  # forward: the slabs before the trail behind ``first``
-            passed = range(pfirst - self.trail_slabs, first - self.trail_slabs)
-        else:
-            passed = range(last + self.trail_slabs + 1, plast + self.trail_slabs + 1)
-        passed = range(max(0, passed.start), min(source.grid_shape[axis], passed.stop))
-        if not passed or len(passed) > self.max_slabs:  # nothing passed, or a jump: keep all
-            return
-        spans = [range(lo, hi + 1) for lo, hi in history[-1].ranges]
-        spans[axis] = passed
-        cache, token = self._engine.cache, source.token
-        keys = [ReadKey(token, idx) for idx in itertools.product(*spans)]
-        cache.discard([k for k in keys if not cache.is_pinned(k)])
 
     def _targets(
         self,
