@@ -96,12 +96,11 @@ class TestZarrGroupAndArray(SourceConformance):
 
 
 class TestFsspecAndObjectStores(SourceConformance):
-    # written once per class and store (an S3 write through moto takes seconds); every test
-    # of the suite only reads
-    @pytest.fixture(params=["fsspec-memory", "obstore-memory", "fsspec-s3", "obstore-s3"],
-                    scope="class")
-    @classmethod
-    def case(cls, request: pytest.FixtureRequest) -> Case:
+    # a store per test: with one store per class, a full run once left an engine read thread
+    # waiting after the S3 cases (fsspec's and obstore's clients keep state from the event
+    # loop they first ran on; the cause is not proven)
+    @pytest.fixture(params=["fsspec-memory", "obstore-memory", "fsspec-s3", "obstore-s3"])
+    def case(self, request: pytest.FixtureRequest) -> Case:
         kind = request.param
         codec = "sharding"
         if kind == "fsspec-memory":

@@ -395,14 +395,14 @@ class ViewController:
                 self._release_if_idle_locked()
                 self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+            if self.view is not None and not self._closed:
+                self.view.show_error(exc)  # before the waiters wake: they find the view told
             with self._cond:
                 self.counts["errors"] += 1
                 self.last_error = exc
                 self._outstanding = None
                 self._release_if_idle_locked()
                 self._cond.notify_all()
-            if self.view is not None and not self._closed:
-                self.view.show_error(exc)
 
     def _stale(self, generation: int) -> bool:
         return self._closed or self._generation > generation
