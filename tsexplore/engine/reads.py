@@ -176,8 +176,10 @@ class ReadTable:
             else:
                 self._groups.pop(gkey, None)
         self.prefetched.discard(read.key)
-        if not read.future.done():
+        try:  # a read thread may finish it meanwhile (settle tolerates the other order)
             read.future.set_exception(exc)
+        except cf.InvalidStateError:
+            pass
 
     # -- admitting requests ------------------------------------------------------------------
     def note_taken(self, keys: Iterable[ReadKey]) -> None:

@@ -517,8 +517,10 @@ class Engine:
         if buffers.counted_by(self._pool_room):
             buffers.limit_by(self._room_before)
         for read in self._table.clear():
-            if not read.future.done():
+            try:  # a read thread may finish it between a done() check and this
                 read.future.set_exception(EngineClosedError("the tsexplore engine was closed"))
+            except cf.InvalidStateError:
+                pass
 
         self._io.close(close_async_resources, timeout)
         self.cache.clear()
