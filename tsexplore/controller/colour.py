@@ -51,6 +51,13 @@ def robust_range(data: np.ndarray, percentiles: tuple[float, float] = (2.0, 98.0
     return (lo, hi)
 
 
+def _offset_type(dtype: np.dtype) -> type[np.floating]:
+    """The type ``value - lo`` is taken in: the data's own precision (float64 for float64 data
+    and ints wider than float32 holds), then scaled in float32. In float32, values of 512.85
+    with a range of 0.01 keep only a few of the 254 colour steps."""
+    return np.float32 if np.result_type(dtype, np.float32) == np.float32 else np.float64
+
+
 def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
     """Map ``data`` to colour indices 1..255 over ``clim``; NaN (and inf) becomes 0."""
     lo, hi = float(clim[0]), float(clim[1])
@@ -62,9 +69,7 @@ def to_uint8(data: np.ndarray, clim: Range) -> np.ndarray:
         for start in range(0, flat.size, BLOCK):
             part = flat[start:start + BLOCK]
             x = scratch("colour", part.size, np.float32)
-            # the offset is taken in the data's own precision (float64 data, wide ints): in
-            # float32, values of 512.85 + a range of 0.01 lose all but a few of the 254 steps
-            work = np.float32 if np.result_type(part.dtype, np.float32) == np.float32 else np.float64
+            work = _offset_type(part.dtype)
             np.subtract(part, work(lo), out=x, dtype=work, casting="unsafe")
             x *= scale
             finite = bool(np.isfinite(np.add.reduce(x)))  # one pass: no NaN, no inf
@@ -159,7 +164,7 @@ def frame_histogram(data: np.ndarray, clim: Range) -> Histogram:
         frac = scratch("frac", n, np.float32)
         near, near2 = scratch("near", n, np.bool_), scratch("near2", n, np.bool_)
         with np.errstate(all="ignore"):
-            work = np.float32 if part.dtype == np.float32 else np.float64  # as in to_uint8
+            work = _offset_type(part.dtype)
             np.subtract(part, work(lo), out=x, dtype=work, casting="unsafe")
             x *= scale
             if not finite:
