@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -29,9 +30,50 @@ def client():
         cluster.close(timeout=20)
 
 
+#: a test of this module that runs this long is hung (each takes seconds): say where
+HUNG_SECONDS = 120.0
+
+
+@pytest.fixture(autouse=True)
+def _report_a_hang(request):
+    """If a test here has not finished after HUNG_SECONDS, print what the cluster is doing
+    (the tasks each worker processes, and the stacks of those executing) into the test's
+    captured output: pytest-timeout shows only this process's threads, not the workers'."""
+    if "client" not in request.fixturenames:
+        yield
+        return
+    client = request.getfixturevalue("client")
+
+    def report() -> None:
+        try:
+            processing = client.processing()
+            stacks = client.call_stack()
+        except Exception as exc:  # noqa: BLE001 - a report, never a second failure
+            print(f"cluster report failed: {exc!r}", flush=True)
+            return
+        print(f"hung for {HUNG_SECONDS} s; tasks processing per worker: {processing}", flush=True)
+        for worker, tasks in stacks.items():
+            for key, frames in tasks.items():
+                print(f"{worker} executes {key}:\n" + "".join(frames[-12:]), flush=True)
+
+    timer = threading.Timer(HUNG_SECONDS, report)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join(5)
+
+
+def _reference(path):  # type: ignore[no-untyped-def]
+    """The truth, read by xarray's zarr backend in this process (no dask, no cluster)."""
+    return xr.open_zarr(path, chunks=None)["temp"].load()
+
+
 def test_reductions_on_workers_match_xarray(client, small_cube):
     ds = tse.open_dataset(small_cube)
-    ref = xr.open_zarr(small_cube)["temp"].load()
+    ref = _reference(small_cube)
     before = tse.stats()
     got = tse.reduce(ds["temp"], "std", dim="time", client=client, progress=False)
     xr.testing.assert_allclose(got, ref.std("time"), rtol=1e-6)
@@ -50,7 +92,7 @@ def test_reductions_on_workers_match_xarray(client, small_cube):
 
 def test_sliced_array_and_background_job_on_workers(client, small_cube):
     ds = tse.open_dataset(small_cube)
-    ref = xr.open_zarr(small_cube)["temp"].load()
+    ref = _reference(small_cube)
     sel = dict(time=slice(3, 30, 3), y=slice(5, 120))
     got = tse.reduce(ds["temp"].isel(**sel), "var", dim="x", client=client, progress=False)
     xr.testing.assert_allclose(got, ref.isel(**sel).var("x"), rtol=1e-6)
@@ -69,7 +111,7 @@ def test_a_failed_chunk_on_a_worker_raises(client):
 def test_dask_path_runs_on_workers(client, small_cube):
     """open_dataset(chunks={}) tasks pickle to the workers and read through their engines."""
     ds = tse.open_dataset(small_cube, chunks={})
-    ref = xr.open_zarr(small_cube)["temp"].load()
+    ref = _reference(small_cube)
     got = ds["temp"].mean("time").compute()  # the client is the default scheduler now
     xr.testing.assert_allclose(got, ref.mean("time"), rtol=1e-6)
     assert tse.get_engine().cache.bytes_now == 0  # nothing was read in this process
