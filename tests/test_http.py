@@ -34,7 +34,10 @@ from tsexplore.xarray import sources_of
 pytestmark = pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
 
 SHAPE, CHUNKS = (4, 64, 64), (1, 16, 16)  # 16 chunks per frame
-TRANSPORTS = ["http-fsspec", "http-obstore", "s3-s3fs", "s3-obstore"]
+#: the S3 ones start moto's server (through ``request.getfixturevalue``, which the
+#: fixture-based ``s3`` mark of tests/conftest.py cannot see): marked here
+TRANSPORTS = ["http-fsspec", "http-obstore",
+              *(pytest.param(t, marks=pytest.mark.s3) for t in ("s3-s3fs", "s3-obstore"))]
 
 
 @pytest.fixture(scope="module")
