@@ -75,7 +75,8 @@ def assert_same_values(actual: np.ndarray, expected: np.ndarray) -> None:
 
 
 class SourceConformance:
-    """The contract every source satisfies; subclasses define the ``case`` fixture."""
+    """The contract every source satisfies; subclasses define the ``case`` fixture (class-
+    scoped where building it writes or reads back a store: the tests only read a case)."""
 
     @pytest.fixture
     def case(self) -> Case:  # pragma: no cover - overridden
@@ -359,8 +360,9 @@ def _zarr_case(root: Path | str, url: str, fmt: int, codec: str) -> Case:
 
 
 class TestZarrLocal(SourceConformance):
-    @pytest.fixture(params=ZARR_PARAMS, ids=ZARR_IDS)
-    def case(self, request: pytest.FixtureRequest, zarr_root: Path) -> Case:
+    @pytest.fixture(params=ZARR_PARAMS, ids=ZARR_IDS, scope="class")
+    @classmethod
+    def case(cls, request: pytest.FixtureRequest, zarr_root: Path) -> Case:
         fmt, codec = request.param
         return _zarr_case(zarr_root, str(zarr_root / f"v{fmt}-{codec}.zarr"), fmt, codec)
 
@@ -389,8 +391,10 @@ class TestZarrMemory(SourceConformance):
     @pytest.fixture(
         params=[(3, "zstd"), (3, "sharding"), (2, "blosc"), (2, "none")],
         ids=["v3-zstd", "v3-sharding", "v2-blosc", "v2-none"],
+        scope="class",
     )
-    def case(self, request: pytest.FixtureRequest) -> Case:
+    @classmethod
+    def case(cls, request: pytest.FixtureRequest) -> Case:
         fmt, codec = request.param
         url = f"memory://tse-{uuid.uuid4().hex[:8]}/v{fmt}-{codec}.zarr"
         data = write_zarr(url, fmt, codec)
@@ -419,9 +423,11 @@ class TestZarrHTTP(SourceConformance):
             (2, "delta-filter"),
         ],
         ids=["v3-blosc", "v3-zstd-crc32c", "v3-sharding", "v2-zstd", "v2-delta"],
+        scope="class",
     )
+    @classmethod
     def case(
-        self, request: pytest.FixtureRequest, zarr_root: Path, http_server: StoreServer
+        cls, request: pytest.FixtureRequest, zarr_root: Path, http_server: StoreServer
     ) -> Case:
         fmt, codec = request.param
         url = f"{http_server.url}/v{fmt}-{codec}.zarr"
@@ -438,8 +444,9 @@ class TestZarrWrittenByXarray(SourceConformance):
     """CF encoding as xarray writes it (packed ints with _FillValue, times, NaN fill): the
     truth is ``xr.open_zarr`` of the same store."""
 
-    @pytest.fixture(params=[2, 3], ids=["v2", "v3"])
-    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> Case:
+    @pytest.fixture(params=[2, 3], ids=["v2", "v3"], scope="class")
+    @classmethod
+    def case(cls, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
         fmt = request.param
         rng = np.random.default_rng(11)
         temp = rng.uniform(-5, 30, SHAPE)
@@ -462,7 +469,7 @@ class TestZarrWrittenByXarray(SourceConformance):
             }
         )
         source["mask"].encoding.update({"_FillValue": -9999.0, "chunks": CHUNKS[1:]})
-        path = tmp_path / f"x{fmt}.zarr"
+        path = tmp_path_factory.mktemp("xarray-written") / f"x{fmt}.zarr"
         source.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
         expected = xr.open_zarr(path, consolidated=True).load()
         raw_group = zarr.open_group(str(path), mode="r")
@@ -488,8 +495,9 @@ def _netcdf_case(path: Path, engine: str, grid: dict[str, int]) -> Case:
 
 class TestNetCDF3(SourceConformance):
     test_zarr_decoder_path = None  # not a Zarr source (pytest collects no test by this name)
-    @pytest.fixture
-    def case(self, shared_data: Path) -> Case:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def case(cls, shared_data: Path) -> Case:
         # a grid with edge chunks along every dimension (241 x 480 are not multiples)
         return _netcdf_case(
             shared_data / "eraint_uvz.nc",
@@ -500,8 +508,9 @@ class TestNetCDF3(SourceConformance):
 
 class TestNetCDF4(SourceConformance):
     test_zarr_decoder_path = None  # not a Zarr source (pytest collects no test by this name)
-    @pytest.fixture
-    def case(self, shared_data: Path) -> Case:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def case(cls, shared_data: Path) -> Case:
         return _netcdf_case(
             shared_data / "basin_mask.nc", "h5netcdf", {"Z": 15, "Y": 100, "X": 200}
         )
