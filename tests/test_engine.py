@@ -650,6 +650,28 @@ def test_close_stops_every_thread_and_the_engine_restarts(small_cube: Path) -> N
     assert get_engine() is not old and engine_threads()
 
 
+def test_a_loop_closed_before_its_thread_runs_it_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine closed as soon as it starts, on a loaded machine: its loop thread reaches
+    run_forever only after close() returned; it must stop there, not run forever."""
+    import threading
+
+    from tsexplore.engine.loop import IOLoop
+
+    go = threading.Event()
+    run = IOLoop._run
+
+    def late_run(self: IOLoop) -> None:
+        go.wait(30)  # the thread is scheduled late
+        run(self)
+
+    monkeypatch.setattr(IOLoop, "_run", late_run)
+    io = IOLoop(1, name="tsexplore-io-late")
+    io.close(timeout=0.2)  # gives up waiting on the thread
+    go.set()
+    io.thread.join(30)  # a bound on a loaded machine
+    assert not io.thread.is_alive()
+
+
 def test_close_fails_pending_waiters() -> None:
     src = LatencySource(SyntheticSource((4, 4), (2, 2), "float32"), 5.0)
     futures = get_engine().request(src, [(0, 0), (1, 1)])

@@ -145,12 +145,17 @@ class IOLoop:
                 await shutdown()
 
         deadline = time.monotonic() + timeout
-        if self.loop.is_running():
-            try:
-                asyncio.run_coroutine_threadsafe(_stop(), self.loop).result(timeout / 2)
-            except (cf.TimeoutError, RuntimeError):
-                pass
+        # not only when is_running(): a loop whose thread has not reached run_forever yet (a
+        # loaded machine, an engine closed as soon as it started) runs what is queued here
+        # when it gets there, stop included; otherwise it would run forever after this
+        try:
+            asyncio.run_coroutine_threadsafe(_stop(), self.loop).result(timeout / 2)
+        except (cf.TimeoutError, RuntimeError):
+            pass
+        try:
             self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:  # the loop is closed already
+            pass
         self.thread.join(max(0.0, deadline - time.monotonic()))
         self.pool.shutdown(wait=False, cancel_futures=True)
         for t in list(getattr(self.pool, "_threads", ())):
