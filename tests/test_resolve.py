@@ -160,6 +160,9 @@ SETTINGS = settings(
 @given(choice=selections())
 def test_explorer_reduce_batches_and_advise_see_exactly_the_selection(choice):
     isel, sel = choice
+    # no grace after the view's frame: it would hold each reduction's chunks 0.5 s (the
+    # visible-first behaviour is tested in test_visible_first.py; here it only costs time)
+    tse.config.set(visible_grace=0.0)
     ds, ref = dataset()
     if not np.all(np.diff(ref.v.isel(**isel).x.values) > 0):
         sel = {}  # label slices need a unique, increasing coordinate
