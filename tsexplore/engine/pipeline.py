@@ -38,7 +38,7 @@ import numpy as np
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, TsExploreError
 from ..sources.base import ChunkSource, ReadServices, SyncChunkSource, read_services, retry_counter
-from ..sources.local_parts import PartRead
+from ..sources.parts import PartRead
 from .absent import AbsentChunks
 from .cache import ChunkCache
 from .link import LinkModel
@@ -242,7 +242,7 @@ class ReadPipeline:
         if key.box is None:
             self.stats.count("reads")
         else:
-            self.stats.count_many(("reads", "part_reads"))
+            self.stats.add((("reads", 1), ("part_reads", 1)))
         return time.perf_counter()
 
     def _fill(self, source: ChunkSource, key: ReadKey, exc: Exception) -> Any:
