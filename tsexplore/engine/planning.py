@@ -206,7 +206,7 @@ _dims: dict[tuple[object, ...], DimPlan] = {}
 PLAN_MEMORY = 1024
 
 
-def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
+def memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
     """``key`` as a hashable tuple when it holds only ints and slices (else None)."""
     out: list[object] = []
     for k in key:
@@ -228,7 +228,7 @@ def plan_selection(
     revisited, a tile re-read) gets the same immutable plan."""
     if type(key) is not tuple:
         key = (key,)
-    memo = _memo_key(key)
+    memo = memo_key(key)
     if memo is None:
         return _plan(key, shape, chunks)
     name = (memo, tuple(shape), tuple(chunks))

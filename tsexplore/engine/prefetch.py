@@ -42,7 +42,7 @@ from .cache import ChunkCache
 from .guesses import Guesses
 from .hints import ReadAheadMemory
 from .parts import part_boxes
-from .planning import SelectionPlan, normalize_key, plan_selection
+from .planning import SelectionPlan, memo_key, normalize_key, plan_selection
 from .types import STORED, Part, Priority, ReadKey
 
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
@@ -162,19 +162,6 @@ def ring_targets(obs: Observation, axes: Iterable[int], grid: tuple[int, ...]) -
         for idx in itertools.product(*spans)
         if any(not lo <= i <= hi for i, (lo, hi) in zip(idx, inside))
     ]
-
-
-def _hashable(key: tuple[object, ...]) -> tuple[object, ...] | None:
-    """``key`` as a dictionary key (slices as triples), or None when it holds an array."""
-    out: list[object] = []
-    for k in key:
-        if isinstance(k, slice):
-            out.append(("slice", k.start, k.stop, k.step))
-        elif isinstance(k, (int, np.integer)):
-            out.append(int(k))
-        else:
-            return None
-    return tuple(out)
 
 
 def steady_steps(history: list[Observation]) -> int:
@@ -423,7 +410,7 @@ class Prefetcher:
         out = []
         memo = self._plans.setdefault(source.token, collections.OrderedDict())
         for moved in shifted_keys(key, source.shape, axis, step, n):
-            name = _hashable(moved)
+            name = memo_key(moved)
             found = memo.get(name) if name is not None else None
             if found is None:
                 plan = plan_selection(moved, source.shape, source.chunks)
