@@ -166,8 +166,9 @@ class ByteStore:
                 return None
         return cut_range(body, rng)
 
-    def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
-        """Like :meth:`get`, blocking (only where ``sync`` is True)."""
+    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
+        """Like :meth:`get`, blocking (only where ``sync`` is True). ``reuse=True``: the answer
+        may be a view of this thread's scratch buffer, valid until its next reused read."""
         raise NotImplementedError(f"{type(self).__name__} has no blocking reads")
 
     async def get_ranges(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
@@ -330,9 +331,9 @@ class LocalFiles(ByteStore):
     def get_sync(
         self, key: str, rng: ByteRange | None = None, *, reuse: bool = False
     ) -> Buffer | None:
-        """``reuse=True``: the answer is a view of this thread's scratch buffer, valid until
-        the thread's next reused read (decoders copy out; a new buffer per chunk is fresh
-        memory, and first touches of fresh pages are dear: see :mod:`.buffers`)."""
+        """``reuse=True``: a view of this thread's scratch buffer (decoders copy out; a new
+        buffer per chunk is fresh memory, and first touches of fresh pages are dear: see
+        :mod:`.buffers`)."""
         count_range(rng)
         try:
             fd = os.open(self.path(key), os.O_RDONLY)

@@ -104,7 +104,7 @@ class FsspecBytes(ByteStore):
 
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
-    def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
+    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
         count_range(rng)
         fs = self._sync_fs()
         start, stop = _start_stop(rng)

@@ -31,7 +31,7 @@ import numpy as np
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
-from .bytes import ByteRange, ByteStore, LocalFiles
+from .bytes import ByteRange, ByteStore
 from .codecs import chain_from_zarr
 from .parts import Where, reader_for
 from .remote import byte_store_for, byte_store_for_zarr, close_async_fs, on_zarr_loop
@@ -172,12 +172,10 @@ class ZarrSource(ChunkSource):
         if self._chain is None:
             return await self._read_with_zarr(index)
         loop = asyncio.get_running_loop()
-        if self._bytes.sync:
-            ctx = contextvars.copy_context()
-            return await loop.run_in_executor(None, ctx.run, self._read_sync, index)
+        if self._bytes.sync:  # fetched and decoded in one trip to a read thread
+            return await loop.run_in_executor(None, contextvars.copy_context().run, self._read_sync, index)
         buf = await self._fetch_stored(index)
-        arr = await loop.run_in_executor(None, self._decode, buf, index)
-        return arr, len(buf)
+        return await loop.run_in_executor(None, self._decode, buf, index), len(buf)
 
     def _named(self, exc: ChunkReadError, index: ChunkIndex) -> ChunkReadError:
         """``exc`` (from the byte store) naming this chunk."""
@@ -197,11 +195,7 @@ class ZarrSource(ChunkSource):
         return arr
 
     def _read_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        key = self.chunk_key(index)
-        if isinstance(self._bytes, LocalFiles):
-            buf = self._bytes.get_sync(key, reuse=True)  # valid until this thread's next read
-        else:
-            buf = self._bytes.get_sync(key)
+        buf = self._bytes.get_sync(self.chunk_key(index), reuse=True)  # valid until the next read
         if buf is None:
             raise self._missing(index)
         return self._decode(buf, index), len(buf)
@@ -242,12 +236,6 @@ class ZarrSource(ChunkSource):
         if buf is None:
             raise self._missing(index)
         return bytes(buf) if rng is not None else buf
-
-    @property
-    def _local_root(self) -> str:
-        """The folder of a local store's chunk files (the part reader opens them)."""
-        assert isinstance(self._bytes, LocalFiles)
-        return self._bytes.root
 
     async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
         """True when the chunk (or its whole shard) is not in the store. Present keys are
