@@ -234,6 +234,7 @@ class Prefetcher:
         self.last_policy: dict[str, str] = {}
         #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
         self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any]] = []
+        self._draining = False  # a drain is scheduled on the engine's thread
 
     def following(self, source: ChunkSource) -> bool:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
@@ -261,16 +262,22 @@ class Prefetcher:
         before it are recorded in the history (the pattern is learnt from all of them)."""
         with self._lock:
             self._pending.append((source, plan, one_pass, key))
-            if len(self._pending) > 1:
+            if self._draining:
                 return  # a drain is on its way
+            self._draining = True
         self._engine.call_soon(self._drain_later)
 
     def _drain_later(self) -> None:
         asyncio.get_running_loop().call_later(DRAIN_DELAY, self._drain)
 
     def _drain(self) -> None:
+        """Plan from the pending reads; while reads keep coming, the engine's thread comes
+        back every :data:`DRAIN_DELAY` by itself (the readers wake it once per burst)."""
         with self._lock:
             batch, self._pending = self._pending, []
+            self._draining = bool(batch)
+        if batch:
+            self._drain_later()
         newest = {item[0].token: item for item in batch}
         for item in batch:
             if newest[item[0].token] is item:
