@@ -105,11 +105,7 @@ class ChunkCache:
 
     # -- the decoded tier -------------------------------------------------------------------
     def get(self, key: Hashable) -> np.ndarray | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
+        return self.get_many((key,))[0]
 
     def get_many(self, keys: Sequence[Hashable]) -> list[np.ndarray | None]:
         """Look several keys up under one lock acquisition (None where absent)."""
@@ -214,9 +210,7 @@ class ChunkCache:
             return _Encoded(key) in self._data
 
     def discard_encoded(self, keys: Iterable[Hashable]) -> None:
-        with self._lock:
-            for key in keys:
-                self._pop_locked(_Encoded(key))
+        self.discard(_Encoded(key) for key in keys)
 
     # -- pins -----------------------------------------------------------------------------
     def pin(self, keys: Iterable[Hashable]) -> None:

@@ -50,27 +50,24 @@ class Guesses:
         """One more view seen: ``used_total`` is the source's running count of used guesses,
         ``unused(key)`` whether a guess is still waiting for a reader."""
         with self._lock:
-            self._settle(used_total, unused)
-
-    def _settle(self, used_total: int, unused: Callable[[Any], bool]) -> None:
-        self.observations += 1
-        gained = max(0, used_total - self._used_seen)
-        self._used_seen = used_total
-        self.right += gained
-        if gained:
-            self.allowance = min(MAX_ALLOWANCE, self.allowance + gained)
-        old_obs = self.observations - HORIZON_OBSERVATIONS
-        old_time = time.monotonic() - HORIZON_SECONDS
-        failed = 0
-        pending = self._pending
-        while pending and (pending[0][0] <= old_obs or pending[0][1] < old_time):
-            _, _, key = pending.popleft()
-            self._keys.discard(key)
-            if unused(key):
-                failed += 1
-        self.wrong += failed
-        if failed > gained:
-            self.allowance //= 2
+            self.observations += 1
+            gained = max(0, used_total - self._used_seen)
+            self._used_seen = used_total
+            self.right += gained
+            if gained:
+                self.allowance = min(MAX_ALLOWANCE, self.allowance + gained)
+            old_obs = self.observations - HORIZON_OBSERVATIONS
+            old_time = time.monotonic() - HORIZON_SECONDS
+            failed = 0
+            pending = self._pending
+            while pending and (pending[0][0] <= old_obs or pending[0][1] < old_time):
+                _, _, key = pending.popleft()
+                self._keys.discard(key)
+                if unused(key):
+                    failed += 1
+            self.wrong += failed
+            if failed > gained:
+                self.allowance //= 2
 
     def room(self, steady: int | bool, unused: Callable[[Any], bool]) -> int:
         """How many new guesses may be made now: what the allowance leaves, and at least

@@ -53,8 +53,15 @@ def lower_thread_priority() -> None:
             pass
 
 
-#: ``reads`` is set on an engine's read threads (asked on every read: no thread lookup)
-_this_thread = threading.local()
+class _ThreadFlags(threading.local):
+    """``reads`` is True on an engine's read threads (asked on every read: no thread lookup;
+    the class default answers other threads without the AttributeError a plain
+    ``getattr(local, name, default)`` raises and swallows, ~1 us)."""
+
+    reads = False
+
+
+_this_thread = _ThreadFlags()
 
 
 def _start_read_thread() -> None:
@@ -65,7 +72,7 @@ def _start_read_thread() -> None:
 
 def on_read_thread() -> bool:
     """True on one of an engine's read threads (a source reading engine data)."""
-    return getattr(_this_thread, "reads", False)
+    return _this_thread.reads
 
 
 class IOLoop:

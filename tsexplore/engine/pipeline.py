@@ -37,8 +37,8 @@ import numpy as np
 
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, TsExploreError
-from ..sources.base import ChunkSource, ReadServices, SyncChunkSource, read_services, retry_counter
-from ..sources.local_parts import PartRead
+from ..sources.base import ChunkSource, ReadServices, SyncChunkSource, read_services
+from ..sources.parts import PartRead
 from .absent import AbsentChunks
 from .cache import ChunkCache
 from .link import LinkModel
@@ -226,23 +226,18 @@ class ReadPipeline:
 
     @contextlib.contextmanager
     def _lent(self) -> Iterator[None]:
-        """While reading, the source reports its retries here and may use the services."""
-        token = retry_counter.set(self._count_retry)
+        """While reading, the source may use the services (and reports its retries there)."""
         lent = read_services.set(self.services)
         try:
             yield
         finally:
-            retry_counter.reset(token)
             read_services.reset(lent)
-
-    def _count_retry(self) -> None:
-        self.stats.count("retries")
 
     def _start(self, key: ReadKey) -> float:
         if key.box is None:
             self.stats.count("reads")
         else:
-            self.stats.count_many(("reads", "part_reads"))
+            self.stats.add((("reads", 1), ("part_reads", 1)))
         return time.perf_counter()
 
     def _fill(self, source: ChunkSource, key: ReadKey, exc: Exception) -> Any:

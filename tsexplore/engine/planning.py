@@ -11,8 +11,8 @@ requested order and duplicates.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -196,9 +196,9 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
 
 
 #: recent plans of selections made of ints and slices, by (key, shape, chunks)
-_plans: dict[tuple[object, ...], SelectionPlan] = {}
+_plans: OrderedDict[tuple[object, ...], SelectionPlan] = OrderedDict()
 #: recent plans of one dimension's slice, by (start, stop, step, size, chunk length)
-_dims: dict[tuple[object, ...], DimPlan] = {}
+_dims: OrderedDict[tuple[object, ...], DimPlan] = OrderedDict()
 #: plans kept in each memo, the oldest going first: a frame's plan with its dims' is about
 #: 2 kB, so a memo holds at most ~2 MB. Every pan and zoom plans a new region, so a memo fills
 #: in a few minutes of them: it must be small enough to be full after a warm-up (4096 grew a
@@ -206,7 +206,7 @@ _dims: dict[tuple[object, ...], DimPlan] = {}
 PLAN_MEMORY = 1024
 
 
-def _memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
+def memo_key(key: tuple[object, ...]) -> tuple[object, ...] | None:
     """``key`` as a hashable tuple when it holds only ints and slices (else None)."""
     out: list[object] = []
     for k in key:
@@ -228,7 +228,7 @@ def plan_selection(
     revisited, a tile re-read) gets the same immutable plan."""
     if type(key) is not tuple:
         key = (key,)
-    memo = _memo_key(key)
+    memo = memo_key(key)
     if memo is None:
         return _plan(key, shape, chunks)
     name = (memo, tuple(shape), tuple(chunks))
@@ -239,11 +239,15 @@ def plan_selection(
     return plan
 
 
-def _remember(memo: dict, name: object, value: object) -> None:
-    """Keep ``value`` in ``memo``, forgetting the oldest entry beyond :data:`PLAN_MEMORY`."""
+def _remember(memo: OrderedDict, name: object, value: object) -> None:
+    """Keep ``value`` in ``memo``, forgetting the oldest entry beyond :data:`PLAN_MEMORY`
+    (an ``OrderedDict``: the oldest goes without rehashing its key or scanning past the
+    slots of those gone before, as ``del d[next(iter(d))]`` on a dict does)."""
     if len(memo) >= PLAN_MEMORY:
-        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # another thread's
-            del memo[next(iter(memo))]
+        try:
+            memo.popitem(last=False)
+        except (KeyError, RuntimeError):  # another thread emptied or changed it meanwhile
+            pass
     memo[name] = value
 
 

@@ -42,7 +42,7 @@ from .cache import ChunkCache
 from .guesses import Guesses
 from .hints import ReadAheadMemory
 from .parts import part_boxes
-from .planning import SelectionPlan, normalize_key, plan_selection
+from .planning import SelectionPlan, memo_key, normalize_key, plan_selection
 from .types import STORED, Part, Priority, ReadKey
 
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
@@ -164,19 +164,6 @@ def ring_targets(obs: Observation, axes: Iterable[int], grid: tuple[int, ...]) -
     ]
 
 
-def _hashable(key: tuple[object, ...]) -> tuple[object, ...] | None:
-    """``key`` as a dictionary key (slices as triples), or None when it holds an array."""
-    out: list[object] = []
-    for k in key:
-        if isinstance(k, slice):
-            out.append(("slice", k.start, k.stop, k.step))
-        elif isinstance(k, (int, np.integer)):
-            out.append(int(k))
-        else:
-            return None
-    return tuple(out)
-
-
 def steady_steps(history: list[Observation]) -> int:
     """How many of the last moves were the same step, give or take a factor of two, the same
     way along one axis (random jumps rarely make two; play and scans make them all)."""
@@ -247,6 +234,7 @@ class Prefetcher:
         self.last_policy: dict[str, str] = {}
         #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
         self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any]] = []
+        self._draining = False  # a drain is scheduled on the engine's thread
 
     def following(self, source: ChunkSource) -> bool:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
@@ -274,16 +262,22 @@ class Prefetcher:
         before it are recorded in the history (the pattern is learnt from all of them)."""
         with self._lock:
             self._pending.append((source, plan, one_pass, key))
-            if len(self._pending) > 1:
+            if self._draining:
                 return  # a drain is on its way
+            self._draining = True
         self._engine.call_soon(self._drain_later)
 
     def _drain_later(self) -> None:
         asyncio.get_running_loop().call_later(DRAIN_DELAY, self._drain)
 
     def _drain(self) -> None:
+        """Plan from the pending reads; while reads keep coming, the engine's thread comes
+        back every :data:`DRAIN_DELAY` by itself (the readers wake it once per burst)."""
         with self._lock:
             batch, self._pending = self._pending, []
+            self._draining = bool(batch)
+        if batch:
+            self._drain_later()
         newest = {item[0].token: item for item in batch}
         for item in batch:
             if newest[item[0].token] is item:
@@ -423,7 +417,7 @@ class Prefetcher:
         out = []
         memo = self._plans.setdefault(source.token, collections.OrderedDict())
         for moved in shifted_keys(key, source.shape, axis, step, n):
-            name = _hashable(moved)
+            name = memo_key(moved)
             found = memo.get(name) if name is not None else None
             if found is None:
                 plan = plan_selection(moved, source.shape, source.chunks)

@@ -112,7 +112,6 @@ class ReadTable:
         #: chunks one-pass readers asked for lately (they will not ask again), oldest first
         self.taken: collections.OrderedDict[ReadKey, None] = collections.OrderedDict()
         self.running = dict.fromkeys(KINDS, 0)
-        self.spec_running = dict.fromkeys(KINDS, 0)
         #: read slots taken, per kind (a read takes ``Read.cost`` of one)
         self.load = dict.fromkeys(KINDS, 0.0)
         self.spec_load = dict.fromkeys(KINDS, 0.0)
@@ -346,7 +345,6 @@ class ReadTable:
                     load[kind] += read.cost
                     if speculative:
                         read.speculative_slot = True
-                        self.spec_running[kind] += 1
                         spec_load[kind] += read.cost
                     out.append(self._batch_locked(read))
         return out
@@ -388,7 +386,6 @@ class ReadTable:
                 self.running[kind] -= 1
                 self.load[kind] = max(0.0, self.load[kind] - read.cost)
                 if read.speculative_slot:
-                    self.spec_running[kind] -= 1
                     self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
                     read.speculative_slot = False
             if self._reads.get(read.key) is read:

@@ -128,35 +128,18 @@ class Engine:
         return ReadKey(source.token, tuple(int(i) for i in index))
 
     def request(
-        self,
-        source: ChunkSource,
-        indices: Iterable[ChunkIndex],
-        priority: Priority = Priority.VISIBLE,
-        *,
-        channel: str | None = None,
-        generation: int | None = None,
-        cache: bool = True,
-        boxes: list[Part] | None = None,
-        skip_taken: bool = False,
+        self, source: ChunkSource, indices: Iterable[ChunkIndex], priority: Priority = Priority.VISIBLE,
+        **options: Any,
     ) -> list[cf.Future]:
         """Ask for chunks; returns one future per index, resolved with the decoded chunk.
 
-        Cached chunks come back as finished futures (a *hit*). With ``channel`` and
-        ``generation``, a newer generation of the same channel cancels queued reads that only
-        older generations wanted (their futures raise :class:`RequestCancelledError`).
-        ``cache=False``: a one-pass read (see :meth:`request_mixed`).
+        Cached chunks come back as finished futures (a *hit*). ``options`` are those of
+        :meth:`request_mixed` (``channel``, ``generation``, ``cache``, ``boxes``, ``skip_taken``).
         """
-        out = []
-        for item in self.request_mixed(
-            source, indices, priority, channel=channel, generation=generation, cache=cache,
-            boxes=boxes, skip_taken=skip_taken,
-        ):
-            if not isinstance(item, cf.Future):
-                fut: cf.Future = cf.Future()
-                fut.set_result(item)
-                item = fut
-            out.append(item)
-        return out
+        return [
+            item if isinstance(item, cf.Future) else _done(item)
+            for item in self.request_mixed(source, indices, priority, **options)
+        ]
 
     def request_mixed(
         self,
@@ -170,9 +153,12 @@ class Engine:
         boxes: list[Part] | None = None,
         skip_taken: bool = False,
     ) -> list[np.ndarray | cf.Future]:
-        """Like :meth:`request`, but cached chunks come back as arrays (the fast path).
+        """Ask for chunks: per index its cached array (a *hit*), or a future resolved with
+        the decoded chunk (see :meth:`request`).
 
-        ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
+        With ``channel`` and ``generation``, a newer generation of the same channel cancels
+        queued reads that only older generations wanted (their futures raise
+        :class:`RequestCancelledError`). ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
         kept (unless another request wants it kept), so a scan does not fill the cache with
         chunks nobody reads again -- and reuses freed memory instead of faulting in new pages.
         ``skip_taken`` (SPECULATIVE guesses for a one-pass reader): chunks one-pass readers
@@ -247,8 +233,9 @@ class Engine:
         consumed = []
         for key, value in zip(keys, found):
             if value is None:
-                read = reads.get(key)
-                out.append(_refused(key) if read is None else read.future)
+                read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
+                out.append(read.future if read is not None else _done(
+                    exc=RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader")))
                 continue
             out.append(value)
             if waiting:
@@ -536,10 +523,13 @@ class Engine:
         return f"<Engine {state} {self.cache!r}>"
 
 
-def _refused(key: ReadKey) -> cf.Future:
-    """The answer to a guess of a chunk a one-pass reader took (``skip_taken``)."""
+def _done(value: Any = None, exc: BaseException | None = None) -> cf.Future:
+    """A finished future holding ``value`` (or raising ``exc``)."""
     fut: cf.Future = cf.Future()
-    fut.set_exception(RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader"))
+    if exc is None:
+        fut.set_result(value)
+    else:
+        fut.set_exception(exc)
     return fut
 
 

@@ -32,34 +32,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
-
-COUNTERS = (
-    "hits",
-    "misses",
-    "joined",
-    "reads",
-    "prefetch_reads",
-    "speculative_reads",
-    "prefetch_used",
-    "part_reads",
-    "encoded_hits",
-    "evictions",
-    "cancelled",
-    "errors",
-    "retries",
-    "missing_filled",
-    "store_requests",
-    "range_requests",
-    "index_reads",
-    "whole_object_fallbacks",
-    "batched",
-    "bytes_read",
-    "bytes_decoded",
-    "bytes_useful",
-)
 
 
 class _Rate:
@@ -85,6 +60,7 @@ class StatsSnapshot:
     """A frozen copy of the engine's statistics at one instant."""
 
     time: float
+    # the counters (COUNTERS), hits to bytes_useful
     hits: int = 0
     misses: int = 0
     joined: int = 0
@@ -187,6 +163,11 @@ class StatsSnapshot:
         )
 
 
+#: the counters: the fields of a snapshot from ``hits`` to ``bytes_useful``
+_NAMES = [f.name for f in fields(StatsSnapshot)]
+COUNTERS = tuple(_NAMES[_NAMES.index("hits") : _NAMES.index("bytes_useful") + 1])
+
+
 class Stats:
     """Thread-safe counters owned by the engine; ``snapshot()`` is cheap."""
 
@@ -212,12 +193,6 @@ class Stats:
             counts = self._counts
             for name, n in pairs:
                 counts[name] += n
-
-    def count_many(self, names: tuple[str, ...]) -> None:
-        """Add one to each counter in ``names`` (one lock)."""
-        with self._lock:
-            for name in names:
-                self._counts[name] += 1
 
     def record_read(self, encoded: int, decoded: int, seconds: float) -> None:
         """One read: ``encoded`` bytes moved from the store, ``decoded`` bytes decoded."""

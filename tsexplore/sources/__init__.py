@@ -62,12 +62,15 @@ def _is_image_folder(obj: Any) -> bool:
     for entry in os.scandir(obj):
         if entry.is_file() and entry.name.lower().endswith(IMAGE_SUFFIXES):
             return True
-    for entry in os.scandir(obj):
-        if entry.is_dir() and any(
-            n.lower().endswith(IMAGE_SUFFIXES) for n in os.listdir(entry.path)
-        ):
+        if entry.is_dir() and any(n.lower().endswith(IMAGE_SUFFIXES) for n in os.listdir(entry.path)):
             return True
     return False
+
+
+def _is_netcdf_path(obj: Any) -> bool:
+    """A NetCDF/HDF5 file, by its name (a folder never is one)."""
+    return isinstance(obj, (str, Path)) and os.fspath(obj).lower().rstrip("/").endswith(NETCDF_SUFFIXES) \
+        and not os.path.isdir(obj)
 
 
 @dataclass(frozen=True)
@@ -171,20 +174,13 @@ def open_group(
     return _open_in_memory(obj, options, grid)
 
 
-
-
 def _has_groups(obj: Any) -> bool:
     """Zarr stores, groups and NetCDF/HDF5 files have groups; everything else does not."""
-    if _is_zarr_object(obj):
+    if _is_zarr_object(obj) or _is_netcdf_path(obj):
         return True
     if isinstance(obj, (str, Path)):
         path = os.fspath(obj)
-        lower = path.lower().rstrip("/")
-        if lower.endswith(".npy"):
-            return False
-        if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
-            return True
-        return _is_zarr_path(path)
+        return not path.lower().rstrip("/").endswith(".npy") and _is_zarr_path(path)
     return False
 
 
@@ -208,7 +204,7 @@ def _open_path(
     if lower.endswith(".npy"):
         src = open_npy(path, grid, options=options)
         return SourceGroup({src.name: src})  # type: ignore[attr-defined]
-    if lower.endswith(NETCDF_SUFFIXES) and not os.path.isdir(path):
+    if _is_netcdf_path(path):
         from .netcdf import open_netcdf
 
         hierarchy.check_netcdf(path)
@@ -310,8 +306,7 @@ def open_tree(
             f"a tree opens from a Zarr store or a NetCDF/HDF5 file (they have groups); got "
             f"{obj if isinstance(obj, (str, Path)) else type(obj).__name__!r}"
         )
-    if isinstance(obj, (str, Path)) and os.fspath(obj).lower().rstrip("/").endswith(NETCDF_SUFFIXES) \
-            and not os.path.isdir(obj):
+    if _is_netcdf_path(obj):
         from .netcdf import group_paths, open_netcdf
 
         path = os.fspath(obj)

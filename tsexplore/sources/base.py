@@ -32,23 +32,10 @@ from ..errors import ConfigError, IndexingError
 
 ChunkIndex = tuple[int, ...]
 
-#: who counts the retries of the read running in this context: the engine sets it for each
-#: read it makes (an asyncio task, or the thread of an inline read); None outside the engine
-retry_counter: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "tsexplore_retry_counter", default=None
-)
-
-
-def count_retry() -> None:
-    """Report one retried request of the read in progress (a source calls this)."""
-    counter = retry_counter.get()
-    if counter is not None:
-        counter()
-
-
 @dataclass(frozen=True)
 class ReadServices:
-    """What the engine lends the read in progress (set per read, like ``retry_counter``).
+    """What the engine lends the read in progress (set per read: an asyncio task, or the
+    thread of an inline read; None outside the engine).
 
     ``count(name, n)`` adds to a statistics counter (``store_requests``, ``range_requests``,
     ``index_reads``); ``cache_get(key)`` / ``cache_put(key, array)`` use the engine's chunk
@@ -93,6 +80,11 @@ def count_io(name: str, n: int = 1) -> None:
     services = read_services.get()
     if services is not None:
         services.count(name, n)
+
+
+def count_retry() -> None:
+    """Report one retried request of the read in progress (a source calls this)."""
+    count_io("retries")
 
 
 MISSING_POLICIES = ("fill", "raise")

@@ -102,19 +102,24 @@ class BloscHead:
         return out
 
 
-def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
-    """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
-    suffice for a blosc1 frame)."""
-    b = bytes(prefix[:PREFIX])
+def _header(buf: bytes | memoryview | np.ndarray, where: object) -> tuple[int, ...]:
+    """``(version, flags, typesize, nbytes, blocksize, cbytes, header length, special)`` from
+    a frame's first bytes (16 suffice for a blosc1 frame, 32 for a blosc2 one)."""
+    b = bytes(buf[:PREFIX])
     if len(b) < MIN_HEADER:
         raise CorruptChunkError(f"{where}: {len(b)} bytes are too few for a blosc header")
-    flags = b[2]
     nbytes, blocksize, cbytes = struct.unpack_from("<iii", b, 4)
-    ext = bool(flags & _DOSHUFFLE and flags & _DOBITSHUFFLE)
-    hlen = EXT_HEADER if ext else MIN_HEADER
+    ext = bool(b[2] & _DOSHUFFLE and b[2] & _DOBITSHUFFLE)
     if ext and len(b) < EXT_HEADER:
         raise CorruptChunkError(f"{where}: {len(b)} bytes are too few for a blosc2 header")
     special = (b[31] >> 4) & 7 if ext else 0
+    return b[0], b[2], b[3], nbytes, blocksize, cbytes, EXT_HEADER if ext else MIN_HEADER, special
+
+
+def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
+    """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
+    suffice for a blosc1 frame)."""
+    _, flags, _, nbytes, blocksize, cbytes, hlen, special = _header(prefix, where)
     if special:
         return int(cbytes)
     if flags & _MEMCPYED:
@@ -127,14 +132,7 @@ def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
 def parse_head(buf: np.ndarray, where: object, whole: bool = True) -> BloscHead:
     """Parse and check the header and block table at the start of ``buf`` (a ``uint8``
     array: the whole frame, or with ``whole=False`` at least its head)."""
-    if len(buf) < MIN_HEADER:
-        raise CorruptChunkError(f"{where}: {len(buf)} bytes are too few for a blosc header")
-    version, _vlz, flags, typesize = (int(x) for x in buf[:4])
-    nbytes, blocksize, cbytes = struct.unpack_from("<iii", buf, 4)  # type: ignore[arg-type]
-    ext = bool(flags & _DOSHUFFLE and flags & _DOBITSHUFFLE)
-    hlen = EXT_HEADER if ext else MIN_HEADER
-    if ext and len(buf) < EXT_HEADER:
-        raise CorruptChunkError(f"{where}: too few bytes for a blosc2 extended header")
+    version, flags, typesize, nbytes, blocksize, cbytes, hlen, special = _header(buf, where)
     if typesize == 0 or cbytes < hlen or nbytes < 0:
         raise CorruptChunkError(
             f"{where}: blosc header is inconsistent (typesize {typesize}, nbytes {nbytes}, "
@@ -144,10 +142,8 @@ def parse_head(buf: np.ndarray, where: object, whole: bool = True) -> BloscHead:
         raise CorruptChunkError(
             f"{where}: stored chunk has {len(buf)} bytes, its blosc header says {cbytes}"
         )
-    special, b2flags = 0, 0
-    if ext:
+    if hlen == EXT_HEADER:
         b2flags, b2flags2 = int(buf[31]), int(buf[30])
-        special = (b2flags >> 4) & 7
         filters = [int(x) for x in buf[16:22]]
         if b2flags2 & 0x01 or b2flags & 0x08 or b2flags & 0x04 or b2flags & 0x80:
             raise PartsUnsupported("variable-length or lazy blocks, or an instrumented codec")

@@ -53,6 +53,8 @@ from .base import count_io, count_retry, transfer_done, transfer_start
 #: bytes-like answers: ``bytes``, ``memoryview``, ``uint8`` arrays, obstore ``Bytes``
 Buffer = Any
 RETRY_STATUS = {408, 429}
+#: byte ranges of a local file closer than this are read as one (a gap costs less than a read)
+LOCAL_GAP = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +166,9 @@ class ByteStore:
                 return None
         return cut_range(body, rng)
 
-    def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
-        """Like :meth:`get`, blocking (only where ``sync`` is True)."""
+    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
+        """Like :meth:`get`, blocking (only where ``sync`` is True). ``reuse=True``: the answer
+        may be a view of this thread's scratch buffer, valid until its next reused read."""
         raise NotImplementedError(f"{type(self).__name__} has no blocking reads")
 
     async def get_ranges(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
@@ -175,8 +178,9 @@ class ByteStore:
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         raise NotImplementedError
 
-    def advise(self, keys: Sequence[str]) -> None:
-        """Hint that these objects will be read soon (local files: ``WILLNEED``)."""
+    def advise(self, keys: Sequence[str], ranges: ByteRange | Sequence[ByteRange] | None = None) -> None:
+        """Hint that these objects (``ranges``: these bytes of them, one range for all or one
+        per key) will be read soon (local files: ``WILLNEED``)."""
 
     def classify(self, exc: BaseException) -> str:
         """``"missing"``, ``"retry"`` or ``"fatal"`` for a failed request."""
@@ -327,9 +331,9 @@ class LocalFiles(ByteStore):
     def get_sync(
         self, key: str, rng: ByteRange | None = None, *, reuse: bool = False
     ) -> Buffer | None:
-        """``reuse=True``: the answer is a view of this thread's scratch buffer, valid until
-        the thread's next reused read (decoders copy out; a new buffer per chunk is fresh
-        memory, and first touches of fresh pages are dear: see :mod:`.buffers`)."""
+        """``reuse=True``: a view of this thread's scratch buffer (decoders copy out; a new
+        buffer per chunk is fresh memory, and first touches of fresh pages are dear: see
+        :mod:`.buffers`)."""
         count_range(rng)
         try:
             fd = os.open(self.path(key), os.O_RDONLY)
@@ -350,18 +354,20 @@ class LocalFiles(ByteStore):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, contextvars.copy_context().run, self.get_sync, key, rng)
 
-    def advise(self, keys: Sequence[str]) -> None:
-        """Ask the kernel to start reading these files (``WILLNEED``), so cold reads overlap
-        with decoding instead of waiting on the disk one by one."""
+    def advise(self, keys: Sequence[str], ranges: ByteRange | Sequence[ByteRange] | None = None) -> None:
+        """Ask the kernel to start reading these files, or these bytes of them (``WILLNEED``),
+        so cold reads overlap with decoding instead of waiting on the disk one by one."""
         if not hasattr(os, "posix_fadvise"):
             return
-        for key in keys:
+        if ranges is None or isinstance(ranges, ByteRange):
+            ranges = [ranges or ByteRange(0, 0)] * len(keys)  # (0, 0): the whole file
+        for key, rng in zip(keys, ranges):
             try:
                 fd = os.open(self.path(key), os.O_RDONLY)
             except OSError:
                 continue  # a missing file is reported by its read
             try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
             except OSError:
                 pass
             finally:
@@ -387,7 +393,7 @@ def _pread(fd: int, start: int, n: int, reuse: bool, grow: bool) -> memoryview |
             view = memoryview(bigger)
             if reuse:
                 _scratch.buf = bigger
-        k = os.preadv(fd, [view[got:]], start + got)
+        k = os.preadv(fd, [view[got : len(view) if grow else n]], start + got)
         if not k:
             break
         got += k

@@ -96,7 +96,11 @@ class MultiscaleSpec:
                 "path": self.levels[level].path}
 
 
-def _ome_entry(attrs: Any) -> tuple[dict[str, Any], str | None, str] | None:
+def parse_multiscales(attrs: Any) -> tuple[dict[str, Any], str | None, str] | None:
+    """The first ``multiscales`` entry of a group's attributes, its version and convention
+    (``"ome-ngff"`` or ``"datatree"``), or None when the group is no pyramid."""
+    if not hasattr(attrs, "get"):
+        return None
     ome = attrs.get("ome")
     if isinstance(ome, dict) and isinstance(ome.get("multiscales"), list) and ome["multiscales"]:
         return ome["multiscales"][0], str(ome.get("version", "0.5")), "ome-ngff"
@@ -106,14 +110,6 @@ def _ome_entry(attrs: Any) -> tuple[dict[str, Any], str | None, str] | None:
         convention = "ome-ngff" if "axes" in entry or "version" in entry else "datatree"
         return entry, entry.get("version"), convention
     return None
-
-
-def parse_multiscales(attrs: Any) -> tuple[dict[str, Any], str | None, str] | None:
-    """The first ``multiscales`` entry of a group's attributes, its version and convention
-    (``"ome-ngff"`` or ``"datatree"``), or None when the group is no pyramid."""
-    if not hasattr(attrs, "get"):
-        return None
-    return _ome_entry(attrs)
 
 
 def _transforms(ds: dict[str, Any]) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:

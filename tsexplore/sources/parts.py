@@ -9,8 +9,11 @@ chunks are C-ordered blosc frames (and C-Blosc2 is loaded). The engine asks it
   :meth:`BloscParts.read` (remote stores, on the loop) -- the values of ``box``, from the
   stored frame when the engine holds it (its encoded tier: :meth:`BloscParts.from_frame`),
   else by reading the frame's head (header and block table: kept by the engine too) and then
-  only the byte ranges of the blocks needed -- ``pread`` for local files, HTTP range requests
-  for remote stores, coalesced;
+  only the byte ranges of the blocks needed, coalesced, through the store's one byte
+  interface (:mod:`.bytes`: ``pread`` for local files, range requests for remote stores).
+  A local batch first tells the kernel about every head it will read, reads them, then tells
+  it about every block range, and only then reads and decodes them one by one: the disk
+  works on all of a batch's requests at once;
 - :meth:`BloscParts.read_stored` -- a chunk's stored bytes, undecoded (the prefetcher's cheap
   read-ahead for remote stores).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,8 +47,7 @@ from .blosc_partial import (
     parse_head,
     sparse_frame,
 )
-from .bytes import LocalFiles
-from .local_parts import PartRead, Where, read_local_parts
+from .bytes import LOCAL_GAP, ByteRange, LocalFiles
 
 #: a ZarrSource (not imported: it imports this module)
 ZarrSource = Any
@@ -54,6 +57,36 @@ PART_FRACTION = 0.5
 #: the largest block size assumed until a frame of the array has been read
 GUESS_BLOCKSIZE = 1 << 16
 _MEMO = 4096
+
+#: one part to read: the chunk index, the box, the chunk's head when held (else None)
+Item = tuple[tuple[int, ...], Box, "BloscHead | None"]
+
+
+@dataclass
+class PartRead:
+    """What reading one part did."""
+
+    array: np.ndarray  # the box's values, in the source's (native) dtype
+    moved: int  # bytes read from the store
+    decoded: int  # bytes of blocks decoded
+    stored: np.ndarray | None = None  # the whole stored frame, when it was read
+    head: BloscHead | None = None  # the frame's head, when it was read
+    seconds: float | None = None  # from the start of its batch to its values (None: unknown)
+
+
+class Where:
+    """Names a chunk of a source in an error message, formatted only when one is raised."""
+
+    __slots__ = ("source", "index")
+
+    def __init__(self, source: Any, index: tuple[int, ...]) -> None:
+        self.source, self.index = source, index
+
+    def __str__(self) -> str:
+        return str(self.source._where(self.index))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 class Link:
@@ -169,10 +202,7 @@ class BloscParts:
 
     async def read_stored(self, index: tuple[int, ...]) -> np.ndarray:
         """Chunk ``index`` of a remote store as stored (undecoded)."""
-        t0 = time.perf_counter()
-        data = await self.source._fetch_stored(index)
-        self.link.record(len(data), time.perf_counter() - t0)
-        return np.frombuffer(data, dtype=np.uint8)
+        return np.frombuffer(await fetch_range(self, index), dtype=np.uint8)
 
     def decode_stored(self, index: tuple[int, ...], stored: np.ndarray) -> np.ndarray:
         """The whole chunk ``index`` decoded from its stored bytes."""
@@ -200,7 +230,7 @@ class BloscParts:
         return np.frombuffer(buf, dtype=np.uint8)
 
     def read_many(self, items: list[tuple[tuple[int, ...], Box, BloscHead | None]], keep: bool = False) -> list[Any]:
-        """Parts of local frames, their I/O batched (:func:`.local_parts.read_local_parts`):
+        """Parts of local frames, their I/O batched (:meth:`_read_batch`):
         a ``PartRead`` per item, or (in a list of several) the exception it raised; one
         item raises it."""
         if keep or self.unsupported:
@@ -214,7 +244,7 @@ class BloscParts:
                 except Exception as exc:  # noqa: BLE001
                     out.append(exc)
         else:
-            out = read_local_parts(self, items)
+            out = self._read_batch(items)
             if any(isinstance(r, PartsUnsupported) for r in out):
                 self.unsupported = True
                 redo = [i for i, r in enumerate(out) if isinstance(r, PartsUnsupported)]
@@ -223,6 +253,49 @@ class BloscParts:
         if len(items) == 1 and isinstance(out[0], BaseException):
             raise out[0]
         return out
+
+    def _read_batch(self, items: list[Item]) -> list[Any]:
+        """``PartRead`` (or the exception raised) for each item of a local store, the disk
+        told of every head, then of every block range, before any is read."""
+        store, start = self.source._bytes, time.perf_counter()
+        keys = [self.source.chunk_key(index) for index, _, _ in items]
+        want = ByteRange(0, max(PREFIX, self.head_len or 4096))
+        store.advise([k for k, (_, _, head) in zip(keys, items) if head is None], want)
+        out: list[Any] = [None] * len(items)
+        heads: dict[int, BloscHead] = {}
+        for i, (key, (index, _, head)) in enumerate(zip(keys, items)):
+            try:
+                heads[i] = head if head is not None else self._read_head(store, key, index, want)
+            except Exception as exc:  # noqa: BLE001 - this item's failure, the others go on
+                out[i] = exc
+        spans = {i: h.block_ranges(self._blocks(h, items[i][1]), LOCAL_GAP) for i, h in heads.items()}
+        for i, ranges in spans.items():
+            store.advise([keys[i]] * len(ranges), [ByteRange(a, b) for a, b in ranges])
+        for i, ranges in spans.items():
+            index, box, held = items[i]
+            datas = (store.get_sync(keys[i], ByteRange(a, b), reuse=True) for a, b in ranges)
+            try:
+                out[i] = self._from_ranges(heads[i], ranges, datas, index, box)
+            except Exception as exc:  # noqa: BLE001
+                out[i] = exc
+                continue
+            out[i].moved = sum(b - a for a, b in ranges) + (0 if held else heads[i].head_len)
+            out[i].head, out[i].seconds = None if held else heads[i], time.perf_counter() - start
+        return out
+
+    def _read_head(self, store: Any, key: str, index: tuple[int, ...], want: ByteRange) -> BloscHead:
+        """A local frame's head, read through the store (learnt from)."""
+        where = Where(self.source, index)
+        data = store.get_sync(key, want)
+        if data is None:
+            raise self.source._missing(index)
+        data = bytes(data)
+        need = head_length(data, where)
+        if need > len(data):
+            data += bytes(store.get_sync(key, ByteRange(len(data), need)) or b"")
+        head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
+        self._learn(head)
+        return head
 
     def _blocks(self, head: BloscHead, box: Box) -> np.ndarray:
         return layout(self.shape, self.dtype.itemsize, box, head.blocksize, head.nbytes).blocks
@@ -272,11 +345,15 @@ class BloscParts:
         return result
 
     def _from_ranges(
-        self, head: BloscHead, ranges: list[tuple[int, int]], datas: list[bytes], index: tuple[int, ...], box: Box
+        self, head: BloscHead, ranges: list[tuple[int, int]], datas: Any, index: tuple[int, ...], box: Box
     ) -> PartRead:
+        """``box`` decoded from the block bytes ``datas`` (one per range, taken in turn: each
+        may be a view valid until the next) put in a sparse copy of the frame."""
         where = Where(self.source, index)
         frame = sparse_frame(head)
         for (a, b), data in zip(ranges, datas):
+            if data is None:
+                raise self.source._missing(index)
             if len(data) != b - a:
                 raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {len(data)}")
             frame[a:b] = np.frombuffer(data, dtype=np.uint8)
@@ -287,14 +364,15 @@ class BloscParts:
         return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
 
 
-async def fetch_range(parts: BloscParts, index: tuple[int, ...], start: int, stop: int) -> bytes:
-    """Bytes ``start:stop`` of chunk ``index`` as stored (short at the object's end). A
-    server that ignores the range and sends the whole object is answered from it."""
+async def fetch_range(
+    parts: BloscParts, index: tuple[int, ...], start: int | None = None, stop: int | None = None
+) -> Any:
+    """Bytes ``start:stop`` of chunk ``index`` as stored (short at the object's end; the
+    whole object when no range is given), timed for the part reader's link model. A server
+    that ignores ranges is answered from the whole object by the byte store."""
     t0 = time.perf_counter()
     data = await parts.source._fetch_stored(index, start, stop)
     parts.link.record(len(data), time.perf_counter() - t0)
-    if len(data) > stop - start:  # the whole object came back
-        data = data[start:stop]
     return data
 
 

@@ -104,7 +104,7 @@ class FsspecBytes(ByteStore):
 
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
-    def get_sync(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
+    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
         count_range(rng)
         fs = self._sync_fs()
         start, stop = _start_stop(rng)
@@ -278,7 +278,6 @@ class ZarrStoreBytes(ByteStore):
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
         from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import _get_loop
 
         request: Any = None
         if rng is not None:
@@ -290,14 +289,16 @@ class ZarrStoreBytes(ByteStore):
                 return b""
             else:
                 request = RangeByteRequest(rng.start, rng.stop)
-        coro = self.store.get(key, prototype=default_buffer_prototype(), byte_range=request)
-        future = asyncio.run_coroutine_threadsafe(coro, _get_loop())
-        try:
-            buf = await asyncio.wrap_future(future)
-        except BaseException:
-            future.cancel()
-            raise
+        buf = await on_zarr_loop(self.store.get(key, prototype=default_buffer_prototype(), byte_range=request))
         return None if buf is None else buf.as_numpy_array()
+
+
+def on_zarr_loop(coro: Any) -> asyncio.Future[Any]:
+    """``coro`` run on zarr's own event loop (where zarr stores keep their sessions),
+    awaitable from this one; cancelling the answer cancels the coroutine there."""
+    from zarr.core.sync import _get_loop
+
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
 def byte_store_for_zarr(store: Any) -> ByteStore:

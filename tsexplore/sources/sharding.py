@@ -33,12 +33,11 @@ import numpy as np
 from .. import config
 from ..errors import ChunkReadError, CorruptChunkError
 from .base import ChunkIndex, count_io, read_services
-from .bytes import ByteRange, ByteStore
+from .bytes import LOCAL_GAP, ByteRange, ByteStore
 from .codecs import CodecChain, chain_from_codecs
 
 MAX_UINT64 = 2**64 - 1
-#: gaps read through rather than split into two requests (a local read / a remote request)
-LOCAL_GAP = 64 * 1024
+#: gaps read through rather than split into two requests (a remote request; LOCAL_GAP locally)
 REMOTE_GAP = 1024 * 1024
 #: most bytes one coalesced read fetches
 MAX_RUN = 16 * 1024 * 1024

@@ -31,17 +31,10 @@ import numpy as np
 from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
-from .bytes import ByteRange, ByteStore, LocalFiles
+from .bytes import ByteRange, ByteStore
 from .codecs import chain_from_zarr
-from .local_parts import Where
-from .parts import reader_for
-from .remote import (
-    ZarrStoreBytes,
-    byte_store_for,
-    byte_store_for_zarr,
-    close_async_fs,
-    get_async_fs,
-)
+from .parts import Where, reader_for
+from .remote import byte_store_for, byte_store_for_zarr, close_async_fs, on_zarr_loop
 from .sharding import ShardReader, layout_from_zarr
 from .zarr_meta import (
     STORE_PROTOCOLS,
@@ -70,7 +63,7 @@ class ZarrSource(ChunkSource):
         arrays take them from their ``multiscales`` axes). ``store``: the zarr ``Store``
         object the array lives in, when it was opened from one (``root`` then only names
         it); chunk bytes then come from its ``get``."""
-        self._array = array  # a zarr.Array, used for metadata and the fallback path
+        self._array = array  # a zarr.Array, used for metadata and the zarr-decoded path
         self.root = root.rstrip("/")
         self.name = name
         self.path = array.path
@@ -86,6 +79,7 @@ class ZarrSource(ChunkSource):
         meta = array.metadata
         self._meta = meta
         self.chunks = tuple(int(c) for c in array.chunks)
+        self._shard_shape = array.shards  # sharded: chunk keys name the shards
         self.fill_value = absent_fill(array, self.dtype)
         self.storage_options = dict(storage_options or {})
         self.options = options
@@ -102,8 +96,6 @@ class ZarrSource(ChunkSource):
             self.max_batch = self._shards.max_batch
         self.is_async = not self._bytes.sync
         self.remote = is_remote(self.root) and store is None
-        self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
-        self._fallback: Any = None
         self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
         # Every open is a new version. Zarr writes chunks as separate files, so no cheap
         # stamp (the metadata's mtime) changes when they are rewritten: a token shared
@@ -120,7 +112,6 @@ class ZarrSource(ChunkSource):
                 "only and cannot be sent to another one (a dask worker, a DataLoader worker); "
                 "write it to a folder, a zarr MemoryStore or an object store to read it there")
         state = dict(self.__dict__)
-        state["_fallback"] = None
         state.pop("_parts", None)
         return state
 
@@ -147,8 +138,8 @@ class ZarrSource(ChunkSource):
     def chunk_key(self, index: ChunkIndex) -> str:
         """The store key of the object holding chunk ``index`` (for sharded arrays, the key of
         the shard that holds the inner chunk)."""
-        if self._shards is not None:
-            return self.shard_key(self._shards.layout.shard_of(index)[0])
+        if self._shard_shape:
+            index = tuple(i * c // s for i, c, s in zip(index, self.chunks, self._shard_shape))
         return self._key(index)
 
     def shard_key(self, shard: tuple[int, ...]) -> str:
@@ -181,12 +172,10 @@ class ZarrSource(ChunkSource):
         if self._chain is None:
             return await self._read_with_zarr(index)
         loop = asyncio.get_running_loop()
-        if self._bytes.sync:
-            ctx = contextvars.copy_context()
-            return await loop.run_in_executor(None, ctx.run, self._read_sync, index)
+        if self._bytes.sync:  # fetched and decoded in one trip to a read thread
+            return await loop.run_in_executor(None, contextvars.copy_context().run, self._read_sync, index)
         buf = await self._fetch_stored(index)
-        arr = await loop.run_in_executor(None, self._decode, buf, index)
-        return arr, len(buf)
+        return await loop.run_in_executor(None, self._decode, buf, index), len(buf)
 
     def _named(self, exc: ChunkReadError, index: ChunkIndex) -> ChunkReadError:
         """``exc`` (from the byte store) naming this chunk."""
@@ -206,11 +195,7 @@ class ZarrSource(ChunkSource):
         return arr
 
     def _read_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        key = self.chunk_key(index)
-        if isinstance(self._bytes, LocalFiles):
-            buf = self._bytes.get_sync(key, reuse=True)  # valid until this thread's next read
-        else:
-            buf = self._bytes.get_sync(key)
+        buf = self._bytes.get_sync(self.chunk_key(index), reuse=True)  # valid until the next read
         if buf is None:
             raise self._missing(index)
         return self._decode(buf, index), len(buf)
@@ -252,24 +237,10 @@ class ZarrSource(ChunkSource):
             raise self._missing(index)
         return bytes(buf) if rng is not None else buf
 
-    @property
-    def _local_root(self) -> str:
-        """The folder of a local store's chunk files (the part reader opens them)."""
-        assert isinstance(self._bytes, LocalFiles)
-        return self._bytes.root
-
-    def _stored_key(self, index: ChunkIndex) -> str:
-        """The store key of the object holding chunk ``index``: its own key, or the key of
-        the shard that holds it (``chunk_key`` of the shard grid)."""
-        shards = self._array.shards
-        if shards:
-            index = tuple(i * c // s for i, c, s in zip(index, self.chunks, shards))
-        return self._key(tuple(index))
-
     async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
         """True when the chunk (or its whole shard) is not in the store. Present keys are
         remembered, so a shard is looked up once, not once per inner chunk."""
-        key = self._stored_key(index)
+        key = self.chunk_key(index)
         if key in self._present:
             return False
         try:
@@ -280,44 +251,16 @@ class ZarrSource(ChunkSource):
             self._present.add(key)
         return not found
 
-    async def _zarr_array(self) -> Any:
-        """The zarr ``AsyncArray`` this loop reads the zarr-decoded path with."""
-        import zarr
-        from zarr.api import asynchronous as za
-
-        loop_id = id(asyncio.get_running_loop())
-        if self._fallback is None or self._fallback[0] != loop_id:
-            # one zarr array per loop: a new engine (after tse.close()) has a new loop and
-            # the network sessions of the old one are closed
-            from zarr.storage import FsspecStore
-
-            fs = await get_async_fs(self.protocol, self.storage_options) if self.remote else None
-            if fs is not None and getattr(fs, "async_impl", False):
-                # the filesystem's own idea of a path: http keeps the whole URL, s3 drops s3://
-                path = fs._strip_protocol(self.root)
-                store: Any = FsspecStore(fs, path=path, read_only=True)
-            elif isinstance(self._bytes, LocalFiles):
-                store = zarr.storage.LocalStore(self._bytes.root, read_only=True)
-            else:  # memory:// and other synchronous fsspec filesystems (zarr wraps them)
-                store = FsspecStore.from_url(
-                    self.root, storage_options=self.storage_options or None, read_only=True
-                )
-            array = await za.open_array(store=store, path=self.path, mode="r")
-            self._fallback = (loop_id, array)
-        return self._fallback[1]
-
     async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        """Codec chains tsexplore does not decode itself: ask zarr's async API (on zarr's own
-        loop for a store object, whose sessions live there)."""
-        sl = self.chunk_slices(index)
-        on_zarr_loop = isinstance(self._bytes, ZarrStoreBytes)
-        array = self._array._async_array if on_zarr_loop else await self._zarr_array()
-        absent = self._absent_in_store(array.store, index)
-        if await (_on_zarr_loop(absent) if on_zarr_loop else absent):
+        """Codec chains tsexplore does not decode itself: ask zarr's async API, on zarr's own
+        loop (where the array's store and its sessions live), awaited from this one."""
+        array = self._array._async_array
+        if await on_zarr_loop(self._absent_in_store(array.store, index)):
             raise self._missing(index)  # zarr would fill it silently: let the policy decide
-        read = _on_zarr_loop(array.getitem(sl)) if on_zarr_loop else array.getitem(sl)
         try:
-            arr = await asyncio.wait_for(read, config.get().http_timeout)
+            arr = await asyncio.wait_for(
+                on_zarr_loop(array.getitem(self.chunk_slices(index))), config.get().http_timeout
+            )
         except asyncio.TimeoutError:
             raise ReadTimeoutError(
                 f"{self._where(index)}: zarr read timed out after {config.get().http_timeout} s; "
@@ -331,13 +274,6 @@ class ZarrSource(ChunkSource):
             ) from exc
         arr = np.asarray(arr)
         return arr, arr.nbytes
-
-
-def _on_zarr_loop(coro: Any) -> Any:
-    """``coro`` run on zarr's own event loop, awaitable from this one."""
-    from zarr.core.sync import _get_loop
-
-    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
 def open_zarr_group(
