@@ -186,6 +186,34 @@ def test_plan_selection_touches_exactly_the_needed_chunks(data: st.DataObject, c
     np.testing.assert_array_equal(finish(block, plan), expected)
 
 
+@SETTINGS
+@given(data=st.data(), case=arrays_and_chunks())
+def test_plans_filled_in_at_once_equal_the_general_computation(data: st.DataObject, case) -> None:
+    """A plan of one chunk per axis has what reads derive from it filled in when planned
+    (``_one_chunk``); each value equals what the general ``@_once`` property computes."""
+    values, chunks = case
+    shape = values.shape
+
+    def one_chunk_indexer(n: int, clen: int) -> st.SearchStrategy:
+        ci = data.draw(st.integers(0, (n - 1) // clen))
+        lo, hi = ci * clen, min((ci + 1) * clen, n)
+        start = data.draw(st.integers(lo, hi - 1))
+        stop = data.draw(st.integers(start + 1, hi))
+        return st.sampled_from([start, start - n, slice(start, stop), slice(start, stop, 1)]
+                               + ([slice(None)] if clen >= n else []))
+
+    key = tuple(data.draw(one_chunk_indexer(n, c)) for n, c in zip(shape, chunks))
+    plan = plan_selection(key, shape, chunks)
+    derived = ("indices", "placements", "basic", "block_shape", "out_shape", "drop_index",
+               "reordered")
+    assert all(name in plan.__dict__ for name in derived)  # the branch was taken
+    general = type(plan)
+    for name in derived:
+        assert plan.__dict__[name] == getattr(general, name).fn(plan), name
+    np.testing.assert_array_equal(
+        read_selection(ArraySource(values, chunks=chunks), key), numpy_orthogonal(values, key))
+
+
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 20), clen=st.integers(1, 20), k=st.integers(-40, 40))
 def test_plan_rejects_out_of_range_ints(n: int, clen: int, k: int) -> None:

@@ -15,7 +15,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
 
@@ -24,9 +24,9 @@ from ..errors import IndexingError
 Piece = tuple[int, "slice | np.ndarray", slice]  # (chunk index, selection in chunk, output slice)
 
 
-@dataclass(frozen=True)
-class DimPlan:
-    """How one dimension of a selection maps onto the chunk grid."""
+class DimPlan(NamedTuple):
+    """How one dimension of a selection maps onto the chunk grid (a named tuple: a plan
+    builds one per dimension, which a frozen dataclass makes several times dearer)."""
 
     pieces: tuple[Piece, ...]
     length: int  # length of this dimension in the assembled (pre-reorder) block
@@ -104,6 +104,12 @@ class SelectionPlan:
     def basic(self) -> bool:
         """Every chunk-local selection is a slice (plain NumPy indexing takes each piece)."""
         return all(isinstance(p[1], slice) for d in self.dims for p in d.pieces)
+
+    @_once
+    def reordered(self) -> tuple[tuple[int, np.ndarray], ...]:
+        """``(axis, np.take indices)`` of each dimension whose order or duplicates
+        :func:`finish` restores."""
+        return tuple((axis, d.reorder) for axis, d in enumerate(self.dims) if d.reorder is not None)
 
     @_once
     def drop_index(self) -> tuple[int | slice, ...] | None:
@@ -269,8 +275,8 @@ def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ..
     key = normalize_key(key, len(shape))
     dims = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            i = int(k) + (size if int(k) < 0 else 0)
+        if type(k) is int or (isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
+            i = int(k) + (size if k < 0 else 0)
             if not 0 <= i < size:
                 raise IndexingError(f"index {k} out of range for axis {axis} of length {size}")
             ci = i // clen
@@ -279,7 +285,35 @@ def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ..
             dims.append(_slice_dim(k, size, clen))
         else:
             dims.append(_plan_array(as_index_array(k, size, axis), clen))
-    return SelectionPlan(tuple(dims))
+    plan = SelectionPlan(tuple(dims))
+    _one_chunk(plan)
+    return plan
+
+
+def _one_chunk(plan: SelectionPlan) -> None:
+    """When ``plan`` touches one chunk per axis, each by a slice in its order (a frame, a tile,
+    a point), fill in at once what reads derive from it (one pass, no products: a plan not
+    remembered costs its reader that much less); any other plan computes them when used."""
+    dims = plan.dims
+    if not dims:
+        return
+    for d in dims:
+        if len(d.pieces) != 1 or d.reorder is not None or type(d.pieces[0][1]) is not slice:
+            return
+    index, local, target = zip(*[d.pieces[0] for d in dims])
+    block = tuple([d.length for d in dims])
+    known = plan.__dict__  # what the @_once properties keep (see _once.__get__)
+    known["indices"] = (index,)
+    known["placements"] = ((target, local),)
+    known["basic"] = True
+    known["block_shape"] = block
+    known["reordered"] = ()
+    if True in [d.drop for d in dims]:
+        known["out_shape"] = tuple([d.length for d in dims if not d.drop])
+        known["drop_index"] = tuple([0 if d.drop else slice(None) for d in dims])
+    else:
+        known["out_shape"] = block
+        known["drop_index"] = None
 
 
 def take_piece(chunk: np.ndarray, sels: tuple[slice | np.ndarray, ...]) -> np.ndarray:
@@ -294,8 +328,7 @@ def take_piece(chunk: np.ndarray, sels: tuple[slice | np.ndarray, ...]) -> np.nd
 
 def finish(block: np.ndarray, plan: SelectionPlan) -> np.ndarray:
     """Restore requested order/duplicates and drop integer-indexed dimensions."""
-    for axis, d in enumerate(plan.dims):
-        if d.reorder is not None:
-            block = np.take(block, d.reorder, axis=axis)
+    for axis, reorder in plan.reordered:
+        block = np.take(block, reorder, axis=axis)
     drop = plan.drop_index
     return block if drop is None else block[drop]
