@@ -193,9 +193,12 @@ def normalize_key(key: object, ndim: int) -> tuple[object, ...]:
     whole slices)."""
     if not isinstance(key, tuple):
         key = (key,)
-    if any(k is Ellipsis for k in key):
-        i = next(i for i, k in enumerate(key) if k is Ellipsis)
-        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1 :]
+    for i, k in enumerate(key):
+        if k is Ellipsis:
+            key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1 :]
+            break
+    if len(key) == ndim:
+        return key
     if len(key) > ndim:
         raise IndexingError(f"too many indices ({len(key)}) for an array of {ndim} dims")
     return key + (slice(None),) * (ndim - len(key))
@@ -294,26 +297,35 @@ def _one_chunk(plan: SelectionPlan) -> None:
     """When ``plan`` touches one chunk per axis, each by a slice in its order (a frame, a tile,
     a point), fill in at once what reads derive from it (one pass, no products: a plan not
     remembered costs its reader that much less); any other plan computes them when used."""
-    dims = plan.dims
-    if not dims:
-        return
-    for d in dims:
-        if len(d.pieces) != 1 or d.reorder is not None or type(d.pieces[0][1]) is not slice:
+    index, target, local, block, out = [], [], [], [], []
+    drop: list[int | slice] = []
+    dropped = False
+    for d in plan.dims:
+        if len(d.pieces) != 1 or d.reorder is not None:
             return
-    index, local, target = zip(*[d.pieces[0] for d in dims])
-    block = tuple([d.length for d in dims])
+        ci, sel, to = d.pieces[0]
+        if type(sel) is not slice:
+            return
+        index.append(ci)
+        local.append(sel)
+        target.append(to)
+        block.append(d.length)
+        if d.drop:
+            dropped = True
+            drop.append(0)
+        else:
+            out.append(d.length)
+            drop.append(slice(None))
+    if not index:  # a 0-d selection: the general properties
+        return
     known = plan.__dict__  # what the @_once properties keep (see _once.__get__)
-    known["indices"] = (index,)
-    known["placements"] = ((target, local),)
+    known["indices"] = (tuple(index),)
+    known["placements"] = ((tuple(target), tuple(local)),)
     known["basic"] = True
-    known["block_shape"] = block
+    known["block_shape"] = tuple(block)
+    known["out_shape"] = tuple(out)
+    known["drop_index"] = tuple(drop) if dropped else None
     known["reordered"] = ()
-    if True in [d.drop for d in dims]:
-        known["out_shape"] = tuple([d.length for d in dims if not d.drop])
-        known["drop_index"] = tuple([0 if d.drop else slice(None) for d in dims])
-    else:
-        known["out_shape"] = block
-        known["drop_index"] = None
 
 
 def take_piece(chunk: np.ndarray, sels: tuple[slice | np.ndarray, ...]) -> np.ndarray:
