@@ -32,8 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -81,8 +80,10 @@ class PrefetchHost(Protocol):
     ) -> list[Any]: ...
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
+    """One read, as the prefetcher learns from it (a named tuple: one is made per read
+    answered, on the engine's thread, which a frozen dataclass makes several times dearer)."""
+
     time: float
     lo: tuple[int, ...]  # first element selected along each axis
     ranges: tuple[tuple[int, int], ...]  # first/last chunk touched along each axis
@@ -306,7 +307,9 @@ class Prefetcher:
             lo.append(ci * clen + first)
         obs = Observation(time.monotonic(), tuple(lo), plan.chunk_ranges(), plan.block_shape)
         with self._lock:
-            hist = self._history.setdefault(source.token, deque(maxlen=8))
+            hist = self._history.get(source.token)
+            if hist is None:
+                hist = self._history[source.token] = deque(maxlen=8)
             if hist and hist[-1].lo == obs.lo:
                 return None  # the same view again: nothing new to learn
             hist.append(obs)
