@@ -116,7 +116,7 @@ def assemble(
     basic = plan.basic
     if boxes is None and len(items) == 1 and type(items[0]) is np.ndarray and basic:
         (target, local), = plan.placements  # one cached chunk: its piece, no placement loop
-        out[target] = items[0][local]
+        _place(out, items[0], target, local, True, None)
         return finish(out, plan)
     parts = boxes or itertools.repeat(None)
     pending = []
