@@ -102,6 +102,34 @@ def test_thin_selections_decode_only_their_blocks_and_equal_zarr(tmp_path: Path)
     assert snap.bytes_read < chunk_files / 4  # heads and one block, not the chunks
 
 
+def test_a_reader_decodes_its_parts_itself_while_every_read_thread_is_busy(tmp_path: Path) -> None:
+    """Parts of local chunks a reader waits for are read in its own thread (and on idle read
+    threads), not queued behind the read threads' work: a frame comes back while every read
+    thread is held by something else."""
+    values = write(tmp_path / "a.zarr")
+    da = tse.open_dataset(tmp_path / "a.zarr", prefetch="off")["data"]
+    engine = get_engine()
+    release, started = threading.Event(), threading.Semaphore(0)
+
+    def hold() -> None:
+        started.release()
+        release.wait(30)
+
+    threads = engine._io_threads
+    for _ in range(threads):
+        engine._io.submit(hold)
+    try:
+        for _ in range(threads):
+            assert started.acquire(timeout=10)
+        tse.config.set(wait_timeout=10)  # (the test's settings are restored after it)
+        frame = da.isel(time=20).values
+        np.testing.assert_array_equal(frame, values[20])
+        snap = tse.stats()
+        assert snap.part_reads == 6 and snap.misses == 6 and snap.bytes_decoded == 6 * 4096
+    finally:
+        release.set()
+
+
 def test_absent_chunks_fill_their_parts_or_raise(tmp_path: Path) -> None:
     values = write(tmp_path / "a.zarr")
     os.remove(tmp_path / "a.zarr" / "data" / "c" / "0" / "1" / "2")

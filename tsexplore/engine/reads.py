@@ -295,6 +295,12 @@ class ReadTable:
         """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
         return any(self.visible.values())
 
+    def not_in_flight(self, keys: list[ReadKey]) -> list[ReadKey]:
+        """The keys no read holds queued or running."""
+        with self.lock:
+            found = self._reads.get
+            return [k for k in keys if (r := found(k)) is None or r.state not in ("queued", "running")]
+
     def get(self, key: ReadKey) -> Read | None:
         """The read of ``key`` queued or running, or None."""
         with self.lock:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures as cf
 import os
 import threading
@@ -193,18 +194,60 @@ class Engine:
             get, table = self.cache.get, self._table
             if whole:
                 reads.update(table.admit(source, whole, priority, owner, cache, tally, get, skip_taken))
+            if parts and waiting and not source.is_async:  # local parts: read now, here
+                now = table.not_in_flight(parts)
+                if now:
+                    reads.update(self._read_now(source, now))
+                    if priority is Priority.VISIBLE:
+                        tally.misses += len(now)
+                    parts = [k for k in parts if k not in reads]
             if parts:  # kept only when read ahead
                 keep = not waiting
                 reads.update(table.admit(source, parts, priority, owner, keep, tally, get, skip_taken))
             for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
                 value = reads.get(key)
-                if found[i] is None and value is not None and not isinstance(value, Read):
+                if found[i] is None and value is not None and not isinstance(value, (Read, cf.Future)):
                     found[i] = value
         out = self._answer(keys, found, reads, priority, cache, tally)
         self.stats.add(tally.items())
         if tally.new or tally.joined:
             self._io.call_soon(self._dispatch)
         return out
+
+    def _read_now(self, source: ChunkSource, keys: list[ReadKey]) -> dict[ReadKey, cf.Future]:
+        """Read parts of local chunks that a reader waits for and no read holds, now: the
+        calling thread and the idle read threads take groups of them in turn until none is
+        left (per key a future, most of them done when this returns).
+
+        A part is a few blosc blocks: queueing it in the read table, dispatching it on the
+        loop and handing it over to the reader cost about as much as decoding it (measured,
+        every frame of the benchmark cube read by parts, warm page cache: 58 frames/s through
+        the table, 100-108 read here; 0.9 ms of a read thread's CPU per part through the
+        table against 0.5 here). The reader decodes while it would otherwise wait. Parts a
+        reader asks for are not kept, so nothing is lost by reading them outside the table;
+        a part in flight there (read ahead) is joined instead (see :meth:`request_mixed`).
+        """
+        futures = {key: cf.Future() for key in keys}
+        helpers = min(self._io_threads, os.cpu_count() or 1) - 1
+        step = max(1, -(-len(keys) // (2 * (helpers + 1))))  # two groups per worker: balance
+        groups = collections.deque(keys[i : i + step] for i in range(0, len(keys), step))
+
+        def work() -> None:
+            while True:
+                try:
+                    group = groups.popleft()
+                except IndexError:
+                    return
+                for key, value in zip(group, self._pipeline.read_here(source, group)):
+                    if isinstance(value, BaseException):
+                        futures[key].set_exception(value)
+                    else:
+                        futures[key].set_result(value)
+
+        for _ in range(min(helpers, len(groups) - 1)):
+            self._io.submit(work)
+        work()
+        return futures
 
     def _part_keys(self, keys: list[ReadKey], found: list[Any], boxes: list[Part]) -> None:
         """Where a part is asked for and its whole chunk is not cached, ask for the part
@@ -234,6 +277,9 @@ class Engine:
         for key, value in zip(keys, found):
             if value is None:
                 read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
+                if isinstance(read, cf.Future):  # read now (see _read_now)
+                    out.append(read)
+                    continue
                 out.append(read.future if read is not None else _done(
                     exc=RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader")))
                 continue

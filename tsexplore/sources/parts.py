@@ -256,46 +256,71 @@ class BloscParts:
 
     def _read_batch(self, items: list[Item]) -> list[Any]:
         """``PartRead`` (or the exception raised) for each item of a local store, the disk
-        told of every head, then of every block range, before any is read."""
+        told of every head, then of every block range, before any is read; each file is
+        opened once and its blocks read straight into this thread's sparse frame."""
         store, start = self.source._bytes, time.perf_counter()
         keys = [self.source.chunk_key(index) for index, _, _ in items]
         want = ByteRange(0, max(PREFIX, self.head_len or 4096))
-        store.advise([k for k, (_, _, head) in zip(keys, items) if head is None], want)
         out: list[Any] = [None] * len(items)
-        heads: dict[int, BloscHead] = {}
-        for i, (key, (index, _, head)) in enumerate(zip(keys, items)):
-            try:
-                heads[i] = head if head is not None else self._read_head(store, key, index, want)
-            except Exception as exc:  # noqa: BLE001 - this item's failure, the others go on
-                out[i] = exc
-        spans = {i: h.block_ranges(self._blocks(h, items[i][1]), LOCAL_GAP) for i, h in heads.items()}
-        for i, ranges in spans.items():
-            store.advise([keys[i]] * len(ranges), [ByteRange(a, b) for a, b in ranges])
-        for i, ranges in spans.items():
-            index, box, held = items[i]
-            datas = (store.get_sync(keys[i], ByteRange(a, b), reuse=True) for a, b in ranges)
-            try:
-                out[i] = self._from_ranges(heads[i], ranges, datas, index, box)
-            except Exception as exc:  # noqa: BLE001
-                out[i] = exc
-                continue
-            out[i].moved = sum(b - a for a, b in ranges) + (0 if held else heads[i].head_len)
-            out[i].head, out[i].seconds = None if held else heads[i], time.perf_counter() - start
+        with store.opened(keys) as fds:
+            for key, (_, _, head) in zip(keys, items):
+                if head is None and fds[key] is not None:
+                    store.hint(fds[key], want)
+            heads: dict[int, BloscHead] = {}
+            for i, (key, (index, _, head)) in enumerate(zip(keys, items)):
+                try:
+                    heads[i] = head if head is not None else self._read_head(store, fds[key], index, want)
+                except Exception as exc:  # noqa: BLE001 - this item's failure, the others go on
+                    out[i] = exc
+            spans = {i: h.block_ranges(self._blocks(h, items[i][1]), LOCAL_GAP) for i, h in heads.items()}
+            for i, ranges in spans.items():
+                fd = fds[keys[i]]
+                if fd is not None:
+                    for a, b in ranges:
+                        store.hint(fd, ByteRange(a, b))
+            for i, ranges in spans.items():
+                index, box, held = items[i]
+                try:
+                    out[i] = self._from_file(store, fds[keys[i]], heads[i], ranges, index, box)
+                except Exception as exc:  # noqa: BLE001
+                    out[i] = exc
+                    continue
+                out[i].moved = sum(b - a for a, b in ranges) + (0 if held else heads[i].head_len)
+                out[i].head, out[i].seconds = None if held else heads[i], time.perf_counter() - start
         return out
 
-    def _read_head(self, store: Any, key: str, index: tuple[int, ...], want: ByteRange) -> BloscHead:
-        """A local frame's head, read through the store (learnt from)."""
+    def _read_head(self, store: Any, fd: int | None, index: tuple[int, ...], want: ByteRange) -> BloscHead:
+        """A local frame's head, read from the open file ``fd`` (learnt from)."""
         where = Where(self.source, index)
-        data = store.get_sync(key, want)
-        if data is None:
+        if fd is None:
             raise self.source._missing(index)
-        data = bytes(data)
+        data = bytearray(len(want))
+        data = data[: store.read_into(fd, want, memoryview(data))]
         need = head_length(data, where)
         if need > len(data):
-            data += bytes(store.get_sync(key, ByteRange(len(data), need)) or b"")
-        head = parse_head(np.frombuffer(data, dtype=np.uint8), where, whole=False)
+            more = bytearray(need - len(data))
+            data += more[: store.read_into(fd, ByteRange(len(data), need), memoryview(more))]
+        head = parse_head(np.frombuffer(bytes(data), dtype=np.uint8), where, whole=False)
         self._learn(head)
         return head
+
+    def _from_file(
+        self, store: Any, fd: int | None, head: BloscHead, ranges: list[tuple[int, int]],
+        index: tuple[int, ...], box: Box,
+    ) -> PartRead:
+        """``box`` decoded from the block ranges of the open file ``fd``, read straight into
+        this thread's sparse copy of the frame."""
+        if fd is None:
+            raise self.source._missing(index)
+        where = Where(self.source, index)
+        frame = sparse_frame(head)
+        view = memoryview(frame)
+        for a, b in ranges:
+            got = store.read_into(fd, ByteRange(a, b), view[a:b])
+            if got != b - a:
+                raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {got}")
+        values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
+        return PartRead(self._native(values), 0, decoded)
 
     def _blocks(self, head: BloscHead, box: Box) -> np.ndarray:
         return layout(self.shape, self.dtype.itemsize, box, head.blocksize, head.nbytes).blocks
