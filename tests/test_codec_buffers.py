@@ -62,6 +62,33 @@ def test_a_buffer_is_reused_only_when_no_view_of_it_is_left():
     assert third.nbytes == n and third.flags.writeable
 
 
+def test_a_decoded_chunk_leaves_the_last_free_buffers_to_readers():
+    """``spare``: a chunk decoded for the cache does not take the last free buffers of its
+    size (the frames readers assemble reuse them instead of first-touching fresh pages)."""
+    import gc
+
+    from tsexplore.sources import buffers
+    from tsexplore.sources.codecs import SPARE_FOR_READERS
+
+    buffers.clear()
+    n = (3 << 20) + 4096
+    held = [buffers.empty(n) for _ in range(SPARE_FOR_READERS + 1)]
+    addresses = {a.ctypes.data for a in held}
+    del held
+    gc.collect()
+    assert buffers.stats()["free_bytes"] >= (SPARE_FOR_READERS + 1) * n
+    chunk = _buffer(n)  # one free buffer beyond the spares: taken
+    assert chunk.ctypes.data in addresses
+    before = buffers.stats()["reused"]
+    fresh = _buffer(n)  # only the spares are left: a new mapping
+    assert fresh.ctypes.data not in addresses and buffers.stats()["reused"] == before
+    frames = [buffers.empty(n) for _ in range(SPARE_FOR_READERS)]  # a reader takes the spares
+    assert {f.ctypes.data for f in frames} <= addresses
+    assert buffers.stats()["reused"] == before + SPARE_FOR_READERS
+    del chunk, fresh, frames
+    gc.collect()
+
+
 def test_frames_of_changing_size_share_a_few_size_classes():
     """A pan or zoom changes the frame's size on every move: the sizes share a few buffers
     (rounded up at most a quarter) instead of each leaving its own in the pool."""

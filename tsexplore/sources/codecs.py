@@ -192,6 +192,10 @@ def chain_from_codecs(codecs: Any, native: np.dtype) -> CodecChain | None:
     return CodecChain(comp, dtype, "C", crc)
 
 
+#: free buffers of its size a decoded chunk leaves to the frames readers assemble
+SPARE_FOR_READERS = 2
+
+
 def _buffer(nbytes: int) -> np.ndarray:
     """A fresh, uninitialised output buffer for one decoded chunk (see :mod:`.buffers`)."""
-    return buffers.empty(nbytes)
+    return buffers.empty(nbytes, SPARE_FOR_READERS)
