@@ -227,3 +227,13 @@ def test_blosc2_special_chunks_decode_by_parts_and_dictionaries_say_no() -> None
     head = parse_head(zeros, "x")
     values, _ = decode_box(zeros, head, (64, 64), np.dtype("<f4"), ((3, 4), (5, 9)), "x")
     np.testing.assert_array_equal(values, np.zeros((1, 4), dtype="<f4"))
+    # and this thread's next frames still decode right (C-Blosc2's getitem on a special
+    # chunk left its context decoding every later frame's items as zeros)
+    data, frame = _frame()
+    buf = np.frombuffer(frame, dtype=np.uint8)
+    part, _ = decode_box(buf, parse_head(buf, "y"), data.shape, data.dtype, ((5, 6), (0, 32), (0, 32)), "y")
+    np.testing.assert_array_equal(part, data[5:6])
+    whole_zeros = np.ones(4096, dtype="<f4")  # a special chunk decoded whole: the same
+    assert decoder()(zeros, whole_zeros) == whole_zeros.nbytes and not whole_zeros.any()
+    part, _ = decode_box(buf, parse_head(buf, "y"), data.shape, data.dtype, ((7, 8), (0, 32), (0, 32)), "y")
+    np.testing.assert_array_equal(part, data[7:8])

@@ -114,7 +114,10 @@ def _load() -> tuple[DecodeFn, ItemsFn] | None:
         view = np.frombuffer(src, dtype=np.uint8)  # type: ignore[call-overload]
         if not ptr or view.size >= 1 << 31 or out.nbytes >= 1 << 31:
             return -1
-        return int(run(ptr, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
+        got = int(run(ptr, view.ctypes.data, view.size, out.ctypes.data, out.nbytes))
+        if got != out.nbytes or _special(view):
+            local.ctx = None  # see _special
+        return got
 
     def items(src: np.ndarray, start: int, nitems: int, dest: int, nbytes: int) -> int:
         """Decode items ``start .. start + nitems`` of the frame ``src`` (only the blocks
@@ -122,9 +125,22 @@ def _load() -> tuple[DecodeFn, ItemsFn] | None:
         ptr = context()
         if not ptr or src.size >= 1 << 31 or nbytes >= 1 << 31:
             return -1
-        return int(getitem(ptr, src.ctypes.data, src.size, start, nitems, dest, nbytes))
+        got = int(getitem(ptr, src.ctypes.data, src.size, start, nitems, dest, nbytes))
+        if got != nbytes or _special(src):
+            local.ctx = None  # see _special
+        return got
 
     return (decode, items) if _self_test(decode, items) else None
+
+
+def _special(frame: np.ndarray) -> bool:
+    """Whether ``frame`` is a blosc2 special chunk (zeros, NaN, one value: no blocks).
+
+    After a context has decoded one (whole or by items), C-Blosc2's getitem with that context
+    decodes every later frame's items as zeros (found by the test suite: a thread that had
+    decoded a special chunk then read parts of ordinary chunks as zeros). So a context that
+    decoded a special chunk, or failed, is dropped and the thread makes a new one."""
+    return frame.size >= 32 and bool(frame[2] & 0x01 and frame[2] & 0x04 and (frame[31] >> 4) & 7)
 
 
 def _self_test(decode: DecodeFn, items: ItemsFn) -> bool:
