@@ -4,13 +4,15 @@ A selection plan gives, for each chunk it touches, the chunk-local selection. Wh
 source has a part reader (``source.partial_reader()``) and the selection's bounding *box*
 in a chunk needs few of the chunk's blocks (:meth:`BloscParts.worth`: a frame of a deep
 chunk, a few rows, a pixel's profile), the request is for that part, keyed ``ReadKey(token,
-index, box)``, instead of the whole chunk ``ReadKey(token, index)``. Parts are requested,
-de-duplicated, cancelled and counted like chunks (the read table does not care what a key
-names), with two differences:
+index, box)``, instead of the whole chunk ``ReadKey(token, index)``. Parts are requested
+and counted like chunks, with three differences:
 
 - a part is answered by its whole chunk when that is decoded in the cache;
 - a part read for a reader is not kept (its buffer is recycled once the reader is done); a
-  part read ahead by the prefetcher is kept until a reader takes it.
+  part of a remote chunk read ahead by the prefetcher is kept until a reader takes it;
+- parts of local chunks a reader waits for are read at once by the reader's own thread and
+  the idle read threads (``Engine._read_now``), not queued in the read table: decoding a
+  few blocks costs less than scheduling them.
 
 The read pipeline (:mod:`.pipeline`) reads them: the stored frame from the cache's encoded
 tier when it is there (no I/O), else the frame's head from the encoded tier and only the

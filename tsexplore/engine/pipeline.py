@@ -6,9 +6,9 @@ steps whatever it names and wherever it runs (on the I/O loop, or in the calling
 
 1. **fetch**: what the cache's encoded tier holds for the chunk first (its stored frame: no
    I/O; a blosc head: only the blocks' byte ranges are read), else the source (a whole
-   chunk: ``source.read_chunk_counted``; a part: its part reader, by range; local parts on a
-   read thread are read as a batch, their disk reads issued together; inner chunks of one
-   shard come as one batch's awaitables);
+   chunk: ``source.read_chunk_counted``; a part: its part reader, by range; local parts are
+   read by their reader's thread and the idle read threads in batches, their disk reads
+   issued together; inner chunks of one shard come as one batch's awaitables);
 2. **check**: a chunk the store lacks is filled when the source was opened with
    ``missing="fill"`` (``missing_filled``), the shape is checked against the grid (or the
    box), the dtype cast to the source's; a failure becomes a
@@ -97,9 +97,9 @@ class ReadPipeline:
             return self._finish(source, key, t0, got, exc)
 
     def read_here(self, source: ChunkSource, keys: list[ReadKey]) -> list[Any]:
-        """Read ``keys`` of ``source`` in the calling thread (parts of local chunks on a read
-        thread, their disk reads together; a nested read of a whole chunk): per key its
-        value, or the exception its read raised."""
+        """Read ``keys`` of ``source`` in the calling thread (parts of local chunks a reader
+        waits for, their disk reads together: see ``Engine._read_now``; a nested read of a
+        whole chunk): per key its value, or the exception its read raised."""
         with self._lent():
             t0 = time.perf_counter()
             for key in keys:

@@ -35,8 +35,6 @@ from .types import Priority, ReadKey
 KINDS = ("sync", "async")
 #: seconds the prefetch runs at full speed after a reader caught up with it
 CATCH_UP_SECONDS = 2.0
-#: the read slot a part of a local chunk takes (see ``Read.cost``)
-PART_COST = 0.25
 #: chunks taken by one-pass readers that the table remembers (guesses of them are refused)
 TAKEN_MEMORY = 4096
 
@@ -62,9 +60,6 @@ class Read:
     group: Hashable | None = None  # reads with the same group may run as one batch
     companion: bool = False  # rides in another read's batch (holds no slot)
     visible: bool = False  # counted in ReadTable.visible (VISIBLE now; priorities only rise)
-    #: the share of a read slot it takes: a part of a local chunk decodes a few blocks, so
-    #: several run where one whole chunk would (batched on one read thread)
-    cost: float = 1.0
 
     @property
     def kind(self) -> str:
@@ -111,10 +106,9 @@ class ReadTable:
         self.used_by_token: dict[str, int] = {}
         #: chunks one-pass readers asked for lately (they will not ask again), oldest first
         self.taken: collections.OrderedDict[ReadKey, None] = collections.OrderedDict()
+        #: reads running (read slots taken), per kind; of them, guesses
         self.running = dict.fromkeys(KINDS, 0)
-        #: read slots taken, per kind (a read takes ``Read.cost`` of one)
-        self.load = dict.fromkeys(KINDS, 0.0)
-        self.spec_load = dict.fromkeys(KINDS, 0.0)
+        self.spec_running = dict.fromkeys(KINDS, 0)
         #: VISIBLE reads queued or running, per kind (lower priorities wait for them)
         self.visible = dict.fromkeys(KINDS, 0)
         #: called (outside the lock) when a VISIBLE read ends: background streams look again
@@ -257,8 +251,6 @@ class ReadTable:
         self, source: ChunkSource, key: ReadKey, priority: Priority, cache: bool, tally: Tally
     ) -> Read:
         read = Read(key, source, key.index, priority)
-        if key.box is not None and not source.is_async:
-            read.cost = PART_COST
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
         if source.coalesces and key.part is None:  # whole chunks: parts, stored bytes run alone
@@ -295,12 +287,6 @@ class ReadTable:
         """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
         return any(self.visible.values())
 
-    def not_in_flight(self, keys: list[ReadKey]) -> list[ReadKey]:
-        """The keys no read holds queued or running."""
-        with self.lock:
-            found = self._reads.get
-            return [k for k in keys if (r := found(k)) is None or r.state not in ("queued", "running")]
-
     def get(self, key: ReadKey) -> Read | None:
         """The read of ``key`` queued or running, or None."""
         with self.lock:
@@ -332,10 +318,10 @@ class ReadTable:
         read of that kind is queued or running (the visible reads get the CPU and the link;
         the others start when the last one ends, see :meth:`finish`)."""
         out: list[list[Read]] = []
-        load, spec_load = self.load, self.spec_load
+        running, spec_running = self.running, self.spec_running
         with self.lock:
             for kind, heap in self._heaps.items():
-                while heap and load[kind] < limit[kind]:
+                while heap and running[kind] < limit[kind]:
                     prio, _, read = heap[0]
                     if read.state != "queued" or prio != int(read.priority):
                         heapq.heappop(heap)  # cancelled, or queued again at a higher priority
@@ -343,15 +329,14 @@ class ReadTable:
                     if hold_below_visible and read.priority is not Priority.VISIBLE and self.visible[kind]:
                         break  # the heap is ordered: VISIBLE reads are running, the rest waits
                     speculative = read.priority is Priority.SPECULATIVE
-                    if speculative and spec_load[kind] >= spec_limit[kind]:
+                    if speculative and spec_running[kind] >= spec_limit[kind]:
                         break  # the heap is ordered: only prefetch reads remain
                     heapq.heappop(heap)
                     read.state = "running"
-                    self.running[kind] += 1
-                    load[kind] += read.cost
+                    running[kind] += 1
                     if speculative:
                         read.speculative_slot = True
-                        spec_load[kind] += read.cost
+                        spec_running[kind] += 1
                     out.append(self._batch_locked(read))
         return out
 
@@ -390,9 +375,8 @@ class ReadTable:
             ended = self._unvisible_locked(read) and not self.visible[kind]
             if not read.companion:
                 self.running[kind] -= 1
-                self.load[kind] = max(0.0, self.load[kind] - read.cost)
                 if read.speculative_slot:
-                    self.spec_load[kind] = max(0.0, self.spec_load[kind] - read.cost)
+                    self.spec_running[kind] -= 1
                     read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]

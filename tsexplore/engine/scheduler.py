@@ -44,12 +44,9 @@ from .lookahead import look_ahead
 from .loop import IOLoop, apply_switch_interval, on_read_thread
 from .pipeline import ReadPipeline
 from .prefetch import Prefetcher
-from .reads import CATCH_UP_SECONDS, KINDS, PART_COST, Read, ReadTable, Tally
+from .reads import CATCH_UP_SECONDS, KINDS, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import Part, Priority, ReadKey
-
-#: parts of local chunks one read thread reads in a row (one read slot's worth)
-PART_BATCH = round(1 / PART_COST)
 
 
 class Engine:
@@ -195,13 +192,10 @@ class Engine:
             if whole:
                 reads.update(table.admit(source, whole, priority, owner, cache, tally, get, skip_taken))
             if parts and waiting and not source.is_async:  # local parts: read now, here
-                now = table.not_in_flight(parts)
-                if now:
-                    reads.update(self._read_now(source, now))
-                    if priority is Priority.VISIBLE:
-                        tally.misses += len(now)
-                    parts = [k for k in parts if k not in reads]
-            if parts:  # kept only when read ahead
+                reads.update(self._read_now(source, parts))
+                if priority is Priority.VISIBLE:
+                    tally.misses += len(parts)
+            elif parts:  # kept only when read ahead
                 keep = not waiting
                 reads.update(table.admit(source, parts, priority, owner, keep, tally, get, skip_taken))
             for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
@@ -215,17 +209,18 @@ class Engine:
         return out
 
     def _read_now(self, source: ChunkSource, keys: list[ReadKey]) -> dict[ReadKey, cf.Future]:
-        """Read parts of local chunks that a reader waits for and no read holds, now: the
-        calling thread and the idle read threads take groups of them in turn until none is
-        left (per key a future, most of them done when this returns).
+        """Read parts of local chunks that a reader waits for, now: the calling thread and the
+        idle read threads take groups of them in turn until none is left (per key a future,
+        most of them done when this returns).
 
         A part is a few blosc blocks: queueing it in the read table, dispatching it on the
         loop and handing it over to the reader cost about as much as decoding it (measured,
         every frame of the benchmark cube read by parts, warm page cache: 58 frames/s through
         the table, 100-108 read here; 0.9 ms of a read thread's CPU per part through the
         table against 0.5 here). The reader decodes while it would otherwise wait. Parts a
-        reader asks for are not kept, so nothing is lost by reading them outside the table;
-        a part in flight there (read ahead) is joined instead (see :meth:`request_mixed`).
+        reader asks for are not kept, and no local part is read ahead (a steady pattern's
+        chunks are read whole: see :func:`~.parts.part_boxes`), so nothing is lost by reading
+        them outside the table.
         """
         futures = {key: cf.Future() for key in keys}
         helpers = min(self._io_threads, os.cpu_count() or 1) - 1
@@ -347,8 +342,6 @@ class Engine:
     def _dispatch(self) -> None:
         limit = {k: self.concurrency(k) for k in KINDS}
         spec = {k: self.speculative_cap(k) for k in KINDS}
-        parts: list[Read] = []
-        guesses: list[Read] = []
         create_task = self._io.loop.create_task
         for batch in self._table.take_runnable(limit, spec, config.get().visible_first):
             read = batch[0]
@@ -357,27 +350,8 @@ class Engine:
                 pending = read.source.read_chunks_counted([r.index for r in batch])
                 for member, awaitable in zip(batch, pending):
                     member.task = create_task(self._run_read(member, awaitable))
-            elif read.cost < 1:  # a part of a local chunk: batched on the read threads
-                (guesses if read.priority is Priority.SPECULATIVE else parts).append(read)
             else:
                 read.task = create_task(self._run_read(read))
-        if parts:  # what readers wait for: spread over the threads
-            n = min(len(parts), self._io_threads)
-            for k in range(n):
-                self._io.submit(self._run_parts, parts[k::n])
-        for k in range(0, len(guesses), PART_BATCH):  # guesses: one slot's worth per thread
-            self._io.submit(self._run_parts, guesses[k : k + PART_BATCH])
-
-    def _run_parts(self, reads: list[Read]) -> None:
-        """Read parts of local chunks, their disk reads together (on a read thread)."""
-        by_source: dict[str, list[Read]] = {}
-        for read in reads:
-            by_source.setdefault(read.source.token, []).append(read)
-        for group in by_source.values():
-            values = self._pipeline.read_here(group[0].source, [r.key for r in group])
-            for read, value in zip(group, values):
-                self._settle(read, value)
-        self._io.call_soon(self._dispatch)
 
     async def _run_read(self, read: Read, pending: Any = None) -> None:
         """Run one read on the loop (``pending``: its awaitable from a shard's batch)."""
