@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import zarr
 from zarr.codecs import BloscCodec
 
@@ -156,3 +158,25 @@ def test_random_rereads_are_cache_hits() -> None:
         np.testing.assert_array_equal(read_selection(source, (i, every, every)), values[i])
     snap = tse.stats() - before
     assert snap.misses == 0 and snap.hits == 2000, snap
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5)), min_size=0, max_size=60))
+def test_a_batch_of_reads_leaves_the_history_one_at_a_time_would(reads) -> None:  # type: ignore[no-untyped-def]
+    """The engine's thread records a drain's batch of reads answered from the cache at once,
+    and only those whose views the history can keep: the histories (views and their order,
+    same view twice in a row collapsed, the last ``HISTORY`` kept) are those of recording
+    every read one by one."""
+    from tsexplore.engine.planning import plan_selection
+    from tsexplore.engine.prefetch import Prefetcher
+
+    sources = [SyntheticSource((32, 8, 8), chunks=(4, 8, 8), name=f"s{k}") for k in range(2)]
+    batch = [(sources[s], plan_selection((t, slice(None), slice(None)), (32, 8, 8), (4, 8, 8)))
+             for s, t in reads]
+    one, many = Prefetcher(None), Prefetcher(None)  # type: ignore[arg-type]
+    for source, plan in batch:
+        one._record(source, plan)
+    many._record_all(batch)
+    for source in sources:
+        views = [o.lo for o in one._history.get(source.token, ())]
+        assert [o.lo for o in many._history.get(source.token, ())] == views
