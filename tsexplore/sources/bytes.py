@@ -179,43 +179,6 @@ class ByteStore:
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         raise NotImplementedError
 
-    @contextlib.contextmanager
-    def opened(self, keys: Sequence[str]) -> Iterator[dict[str, int | None]]:
-        """Each file of ``keys`` opened once for reading (None: missing), closed on leaving:
-        a batch of part reads hints and reads each file through one descriptor."""
-        fds: dict[str, int | None] = {}
-        try:
-            for key in keys:
-                if key not in fds:
-                    try:
-                        fds[key] = os.open(self.path(key), os.O_RDONLY)
-                    except FileNotFoundError:
-                        fds[key] = None
-            yield fds
-        finally:
-            for fd in fds.values():
-                if fd is not None:
-                    os.close(fd)
-
-    @staticmethod
-    def hint(fd: int, rng: ByteRange) -> None:
-        """Ask the kernel to start reading bytes ``rng`` of the open file ``fd``."""
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
-
-    @staticmethod
-    def read_into(fd: int, rng: ByteRange, out: memoryview) -> int:
-        """Bytes ``rng`` of the open file ``fd`` into ``out`` (``len(rng)`` long); the bytes
-        read (fewer at the end of the file)."""
-        count_range(rng)
-        got, n = 0, len(out)
-        while got < n:
-            k = os.preadv(fd, [out[got:]], rng.start + got)
-            if not k:
-                break
-            got += k
-        return got
-
     def advise(self, keys: Sequence[str], ranges: ByteRange | Sequence[ByteRange] | None = None) -> None:
         """Hint that these objects (``ranges``: these bytes of them, one range for all or one
         per key) will be read soon (local files: ``WILLNEED``)."""
