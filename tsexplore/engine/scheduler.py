@@ -220,7 +220,9 @@ class Engine:
         table against 0.5 here). The reader decodes while it would otherwise wait. Parts a
         reader asks for are not kept, and no local part is read ahead (a steady pattern's
         chunks are read whole: see :func:`~.parts.part_boxes`), so nothing is lost by reading
-        them outside the table.
+        them outside the table. The reader's own share is read without ``wait_timeout`` (as
+        xarray's and zarr's backends read local files, and as :meth:`read_inline` does): only
+        the parts the read threads take are waited for with it.
         """
         futures = {key: cf.Future() for key in keys}
         helpers = min(self._io_threads, os.cpu_count() or 1) - 1
