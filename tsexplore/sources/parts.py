@@ -5,7 +5,7 @@ chunks are C-ordered blosc frames (and C-Blosc2 is loaded). The engine asks it
 
 - :meth:`BloscParts.worth` -- does decoding ``box`` of a chunk pay (at most
   :data:`PART_FRACTION` of the chunk's blocks; the block size is learned from the frames read);
-- :meth:`BloscParts.read_many` (local files, a batch on a read thread) and
+- :meth:`BloscParts.read_many` (local files, a batch in the reading thread) and
   :meth:`BloscParts.read` (remote stores, on the loop) -- the values of ``box``, from the
   stored frame when the engine holds it (its encoded tier: :meth:`BloscParts.from_frame`),
   else by reading the frame's head (header and block table: kept by the engine too) and then
@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +195,7 @@ class BloscParts:
         """The values of ``box`` of chunk ``index`` of a remote store: from ``stored`` (the
         frame, held by the engine) when given, else from the store (``head``: the frame's
         head, when held; ``keep``: read the whole frame, to be held). A local store's parts
-        are read in batches on a read thread (:meth:`read_many`)."""
+        are read in batches by the reading thread (:meth:`read_many`)."""
         if stored is not None:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(None, self.from_frame, stored, index, box)
@@ -281,7 +282,9 @@ class BloscParts:
             for i, ranges in spans.items():
                 index, box, held = items[i]
                 try:
-                    out[i] = self._from_file(store, fds[keys[i]], heads[i], ranges, index, box)
+                    fd = fds[keys[i]]
+                    into = None if fd is None else lambda a, b, view, fd=fd: store.read_into(fd, ByteRange(a, b), view)
+                    out[i] = self._from_ranges(heads[i], ranges, into, index, box)
                 except Exception as exc:  # noqa: BLE001
                     out[i] = exc
                     continue
@@ -303,24 +306,6 @@ class BloscParts:
         head = parse_head(np.frombuffer(bytes(data), dtype=np.uint8), where, whole=False)
         self._learn(head)
         return head
-
-    def _from_file(
-        self, store: Any, fd: int | None, head: BloscHead, ranges: list[tuple[int, int]],
-        index: tuple[int, ...], box: Box,
-    ) -> PartRead:
-        """``box`` decoded from the block ranges of the open file ``fd``, read straight into
-        this thread's sparse copy of the frame."""
-        if fd is None:
-            raise self.source._missing(index)
-        where = Where(self.source, index)
-        frame = sparse_frame(head)
-        view = memoryview(frame)
-        for a, b in ranges:
-            got = store.read_into(fd, ByteRange(a, b), view[a:b])
-            if got != b - a:
-                raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {got}")
-        values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
-        return PartRead(self._native(values), 0, decoded)
 
     def _blocks(self, head: BloscHead, box: Box) -> np.ndarray:
         return layout(self.shape, self.dtype.itemsize, box, head.blocksize, head.nbytes).blocks
@@ -362,7 +347,7 @@ class BloscParts:
         datas = await asyncio.gather(*(get(a, b) for a, b in ranges))
         moved += sum(len(d) for (a, b), d in zip(ranges, datas) if b > have)
         try:
-            result = await loop.run_in_executor(None, self._from_ranges, head, ranges, datas, index, box)
+            result = await loop.run_in_executor(None, self._from_ranges, head, ranges, _copier(datas), index, box)
         except PartsUnsupported:
             self.unsupported = True
             return await self._read_remote(index, box, head, keep)
@@ -370,23 +355,45 @@ class BloscParts:
         return result
 
     def _from_ranges(
-        self, head: BloscHead, ranges: list[tuple[int, int]], datas: Any, index: tuple[int, ...], box: Box
+        self, head: BloscHead, ranges: list[tuple[int, int]], into: Fill | None,
+        index: tuple[int, ...], box: Box,
     ) -> PartRead:
-        """``box`` decoded from the block bytes ``datas`` (one per range, taken in turn: each
-        may be a view valid until the next) put in a sparse copy of the frame."""
+        """``box`` decoded from the block ranges ``into(a, b, view)`` writes into a sparse copy
+        of the frame, range by range (returning the bytes written, or None when the chunk is
+        missing; ``into`` None: the chunk is missing)."""
         where = Where(self.source, index)
         frame = sparse_frame(head)
-        for (a, b), data in zip(ranges, datas):
-            if data is None:
+        view = memoryview(frame)
+        for a, b in ranges:
+            got = None if into is None else into(a, b, view[a:b])
+            if got is None:
                 raise self.source._missing(index)
-            if len(data) != b - a:
-                raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {len(data)}")
-            frame[a:b] = np.frombuffer(data, dtype=np.uint8)
+            if got != b - a:
+                raise CorruptChunkError(f"{where}: asked for bytes {a}..{b} of the stored chunk, got {got}")
         values, decoded = decode_box(frame, head, self.shape, self.dtype, box, where)
         return PartRead(self._native(values), 0, decoded)
 
     def _native(self, values: np.ndarray) -> np.ndarray:
         return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
+
+
+#: writes bytes ``a:b`` of a stored frame into ``view``: the bytes written, or None (missing)
+Fill = Callable[[int, int, memoryview], "int | None"]
+
+
+def _copier(datas: list[Any]) -> Fill:
+    """A :data:`Fill` that copies fetched block ranges (one per range, in turn)."""
+    found = iter(datas)
+
+    def into(a: int, b: int, view: memoryview) -> int | None:
+        data = next(found)
+        if data is None:
+            return None
+        if len(data) == b - a:
+            view[:] = np.frombuffer(data, dtype=np.uint8)
+        return len(data)
+
+    return into
 
 
 async def fetch_range(
