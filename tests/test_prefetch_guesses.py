@@ -171,12 +171,40 @@ def test_a_batch_of_reads_leaves_the_history_one_at_a_time_would(reads) -> None:
     from tsexplore.engine.prefetch import Prefetcher
 
     sources = [SyntheticSource((32, 8, 8), chunks=(4, 8, 8), name=f"s{k}") for k in range(2)]
-    batch = [(sources[s], plan_selection((t, slice(None), slice(None)), (32, 8, 8), (4, 8, 8)))
-             for s, t in reads]
+    batch = [(sources[s], plan_selection((t, slice(None), slice(None)), (32, 8, 8), (4, 8, 8)), float(n))
+             for n, (s, t) in enumerate(reads)]
     one, many = Prefetcher(None), Prefetcher(None)  # type: ignore[arg-type]
-    for source, plan in batch:
-        one._record(source, plan)
+    for source, plan, when in batch:
+        one._record(source, plan, when)
     many._record_all(batch)
     for source in sources:
-        views = [o.lo for o in one._history.get(source.token, ())]
-        assert [o.lo for o in many._history.get(source.token, ())] == views
+        views = [(o.lo, o.time) for o in one._history.get(source.token, ())]
+        assert [(o.lo, o.time) for o in many._history.get(source.token, ())] == views
+
+
+def test_reads_answered_from_the_cache_are_timed_when_answered_not_when_drained() -> None:
+    """A drain records the cached reads queued since the last one; each keeps the time it was
+    answered (a momentum's speed is measured from these times: stamped at the drain, reads
+    answered milliseconds apart looked simultaneous, a scrub infinitely fast)."""
+    from tsexplore.engine import prefetch
+    from tsexplore.engine.array import read_selection
+    from tsexplore.engine.scheduler import get_engine
+    from tsexplore.sources import ArraySource
+
+    values = np.arange(64 * 16, dtype="float32").reshape(64, 4, 4)
+    source = ArraySource(values, dims=("time", "y", "x"), chunks=(1, 4, 4), name="timed")
+    every = slice(None)
+    for t in range(64):
+        read_selection(source, (t, every, every))  # cache every chunk
+    time.sleep(0.1)
+    spans = []
+    for t in (10, 20, 30):  # cached: each queued for the engine's thread to record later
+        before = time.monotonic()
+        read_selection(source, (t, every, every))
+        spans.append((before, time.monotonic()))
+        time.sleep(prefetch.DRAIN_DELAY / 4)
+    time.sleep(prefetch.DRAIN_DELAY + 0.2)
+    history = get_engine().prefetcher._history[source.token]
+    seen = {obs.lo[0]: obs.time for obs in history}
+    for t, (before, after) in zip((10, 20, 30), spans):
+        assert before <= seen[t] <= after, (t, before, seen[t], after)

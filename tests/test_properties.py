@@ -190,7 +190,7 @@ def test_plan_selection_touches_exactly_the_needed_chunks(data: st.DataObject, c
 @given(data=st.data(), case=arrays_and_chunks())
 def test_plans_filled_in_at_once_equal_the_general_computation(data: st.DataObject, case) -> None:
     """A plan of one chunk per axis has what reads derive from it filled in when planned
-    (``_one_chunk``); each value equals what the general ``@_once`` property computes."""
+    (in ``_plan``'s one pass); each value equals what the general ``@_once`` property computes."""
     values, chunks = case
     shape = values.shape
 

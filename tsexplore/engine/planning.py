@@ -277,55 +277,52 @@ def _slice_dim(k: slice, size: int, clen: int) -> DimPlan:
 def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> SelectionPlan:
     key = normalize_key(key, len(shape))
     dims = []
+    # a plan touching one chunk per axis, each by a slice in its order (a frame, a tile, a
+    # point), gets what reads derive from it in this same pass (no products: a plan not
+    # remembered costs its reader that much less); any other computes them when used
+    index: list[int] | None = []
+    target, local, block, out = [], [], [], []
+    drop: list[int | slice] = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
         if type(k) is int or (isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
             i = int(k) + (size if k < 0 else 0)
             if not 0 <= i < size:
                 raise IndexingError(f"index {k} out of range for axis {axis} of length {size}")
             ci = i // clen
-            dims.append(DimPlan(((ci, slice(i - ci * clen, i - ci * clen + 1), slice(0, 1)),), 1, None, True))
-        elif isinstance(k, slice):
-            dims.append(_slice_dim(k, size, clen))
-        else:
-            dims.append(_plan_array(as_index_array(k, size, axis), clen))
-    plan = SelectionPlan(tuple(dims))
-    _one_chunk(plan)
-    return plan
-
-
-def _one_chunk(plan: SelectionPlan) -> None:
-    """When ``plan`` touches one chunk per axis, each by a slice in its order (a frame, a tile,
-    a point), fill in at once what reads derive from it (one pass, no products: a plan not
-    remembered costs its reader that much less); any other plan computes them when used."""
-    index, target, local, block, out = [], [], [], [], []
-    drop: list[int | slice] = []
-    dropped = False
-    for d in plan.dims:
-        if len(d.pieces) != 1 or d.reorder is not None:
-            return
+            sel, to = slice(i - ci * clen, i - ci * clen + 1), slice(0, 1)
+            dims.append(DimPlan(((ci, sel, to),), 1, None, True))
+            if index is not None:
+                index.append(ci)
+                local.append(sel)
+                target.append(to)
+                block.append(1)
+                drop.append(0)
+            continue
+        d = _slice_dim(k, size, clen) if isinstance(k, slice) else _plan_array(as_index_array(k, size, axis), clen)
+        dims.append(d)
+        if index is None:
+            continue
+        if len(d.pieces) != 1 or d.reorder is not None or type(d.pieces[0][1]) is not slice:
+            index = None
+            continue
         ci, sel, to = d.pieces[0]
-        if type(sel) is not slice:
-            return
         index.append(ci)
         local.append(sel)
         target.append(to)
         block.append(d.length)
-        if d.drop:
-            dropped = True
-            drop.append(0)
-        else:
-            out.append(d.length)
-            drop.append(slice(None))
-    if not index:  # a 0-d selection: the general properties
-        return
-    known = plan.__dict__  # what the @_once properties keep (see _once.__get__)
-    known["indices"] = (tuple(index),)
-    known["placements"] = ((tuple(target), tuple(local)),)
-    known["basic"] = True
-    known["block_shape"] = tuple(block)
-    known["out_shape"] = tuple(out)
-    known["drop_index"] = tuple(drop) if dropped else None
-    known["reordered"] = ()
+        out.append(d.length)
+        drop.append(slice(None))
+    plan = SelectionPlan(tuple(dims))
+    if index:  # not a 0-d selection: that one takes the general properties
+        known = plan.__dict__  # what the @_once properties keep (see _once.__get__)
+        known["indices"] = (tuple(index),)
+        known["placements"] = ((tuple(target), tuple(local)),)
+        known["basic"] = True
+        known["block_shape"] = tuple(block)
+        known["out_shape"] = tuple(out)
+        known["drop_index"] = tuple(drop) if len(out) < len(block) else None
+        known["reordered"] = ()
+    return plan
 
 
 def take_piece(chunk: np.ndarray, sels: tuple[slice | np.ndarray, ...]) -> np.ndarray:
