@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import zarr
 from zarr.codecs import BloscCodec
 
 import tsexplore as tse

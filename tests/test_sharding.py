@@ -272,8 +272,8 @@ def test_a_failed_member_fails_alone() -> None:
 
 def test_a_batch_of_inner_chunks_decodes_in_jobs_over_the_read_threads(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A frame's inner chunks of one local shard are decoded in parallel jobs (one per read
-    thread), not one after the other on the thread that read them."""
+    """A frame's inner chunks of one local shard are decoded in jobs (one per read thread)
+    that the read thread that read them shares with the read threads free meanwhile."""
     from tsexplore.sources.sharding import ShardReader
 
     path = tmp_path / "s.zarr"

@@ -61,6 +61,7 @@ class ReadPipeline:
         table: ReadTable,
         run_coroutine: Callable[[Any], Any],
         following: Callable[[ChunkSource], bool] = lambda source: False,
+        helper: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.stats = stats
         #: the chunks read as fill values because the store lacks them (for the chunk map)
@@ -79,7 +80,7 @@ class ReadPipeline:
         self.link = LinkModel()
         self.services = ReadServices(
             stats.count, cache.get, cache.put,
-            transfer_start=self.link.start, transfer=self.link.record,
+            transfer_start=self.link.start, transfer=self.link.record, helper=helper,
         )
 
     # -- the two drivers: on the I/O loop, in the calling thread ----------------------------

@@ -281,7 +281,10 @@ def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ..
     # point), gets what reads derive from it in this same pass (no products: a plan not
     # remembered costs its reader that much less); any other computes them when used
     index: list[int] | None = []
-    target, local, block, out = [], [], [], []
+    target: list[slice] = []
+    local: list[slice | np.ndarray] = []
+    block: list[int] = []
+    out: list[int] = []
     drop: list[int | slice] = []
     for axis, (k, size, clen) in enumerate(zip(key, shape, chunks)):
         if type(k) is int or (isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
@@ -305,9 +308,9 @@ def _plan(key: tuple[object, ...], shape: tuple[int, ...], chunks: tuple[int, ..
         if len(d.pieces) != 1 or d.reorder is not None or type(d.pieces[0][1]) is not slice:
             index = None
             continue
-        ci, sel, to = d.pieces[0]
+        ci, piece, to = d.pieces[0]
         index.append(ci)
-        local.append(sel)
+        local.append(piece)
         target.append(to)
         block.append(d.length)
         out.append(d.length)

@@ -17,7 +17,6 @@ one. De-duplication, generations and cancellation see them as ordinary reads unt
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures as cf
 import heapq
@@ -53,7 +52,6 @@ class Read:
     owners: set[Owner] = field(default_factory=set)
     anonymous: int = 0  # requests without a channel: someone waits, never cancelled
     state: str = "queued"  # queued | running | done | cancelled
-    task: asyncio.Task | None = None
     speculative_slot: bool = False  # holds one of the prefetch slots while running
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
     prefetch_only: bool = False  # only the prefetcher wants it kept so far

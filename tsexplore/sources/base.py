@@ -16,10 +16,12 @@ engine runs those on its thread pool. Asynchronous sources (remote stores) imple
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import copy
 import itertools
 import math
+import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, IndexingError
+from ..errors import ConfigError, IndexingError, ReadTimeoutError
 
 ChunkIndex = tuple[int, ...]
 
@@ -50,6 +52,61 @@ class ReadServices:
     #: how the engine measures the link's latency and bandwidth
     transfer_start: Callable[[], float] | None = None
     transfer: Callable[[int, float], None] | None = None
+    #: ``helper(fn)`` runs ``fn()`` on another read thread, when one is free: it may start
+    #: late or never, so share work with it through a queue both take from, and wait only
+    #: for what it took (see :func:`share`)
+    helper: Callable[[Callable[[], None]], None] | None = None
+
+
+def share(jobs: list[Any], run: Callable[[Any], Any], timeout: float) -> list[Any]:
+    """``run(job)`` of each job, in order: this thread and the read threads free meanwhile
+    (the engine's ``helper``) take jobs in turn until none is left; this thread then waits
+    (at most ``timeout`` seconds) only for the jobs a helper took, which are running. Outside
+    the engine, or for one job, this thread runs them all."""
+    services = read_services.get()
+    helper = None if services is None else services.helper
+    if helper is None or len(jobs) < 2:
+        return [run(job) for job in jobs]
+    queue = collections.deque(enumerate(jobs))
+    out: list[Any] = [None] * len(jobs)
+    failed: list[BaseException] = []
+    ended = threading.Semaphore(0)
+    lock = threading.Lock()
+    running = [0]  # jobs a helper has taken and not finished
+
+    def take(helping: bool) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                k, job = queue.popleft()
+                running[0] += helping
+            if not helping:
+                out[k] = run(job)
+                continue
+            try:
+                out[k] = run(job)
+            except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
+                failed.append(exc)
+            finally:
+                with lock:
+                    running[0] -= 1
+                ended.release()
+
+    context = contextvars.copy_context()
+    for _ in range(len(jobs) - 1):
+        helper(lambda: context.copy().run(take, True))
+    take(False)
+    deadline = time.monotonic() + timeout
+    while True:
+        with lock:
+            if not running[0]:
+                break
+        if not ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise ReadTimeoutError(f"jobs shared with other read threads did not end within {timeout} s")
+    if failed:
+        raise failed[0]
+    return out
 
 
 #: the services of the read running in this context (None outside the engine)

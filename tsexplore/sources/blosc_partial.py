@@ -102,7 +102,7 @@ class BloscHead:
         return out
 
 
-def _header(buf: bytes | memoryview | np.ndarray, where: object) -> tuple[int, ...]:
+def _header(buf: bytes | bytearray | memoryview | np.ndarray, where: object) -> tuple[int, ...]:
     """``(version, flags, typesize, nbytes, blocksize, cbytes, header length, special)`` from
     a frame's first bytes (16 suffice for a blosc1 frame, 32 for a blosc2 one)."""
     b = bytes(buf[:PREFIX])
@@ -116,7 +116,7 @@ def _header(buf: bytes | memoryview | np.ndarray, where: object) -> tuple[int, .
     return b[0], b[2], b[3], nbytes, blocksize, cbytes, EXT_HEADER if ext else MIN_HEADER, special
 
 
-def head_length(prefix: bytes | memoryview | np.ndarray, where: object) -> int:
+def head_length(prefix: bytes | bytearray | memoryview | np.ndarray, where: object) -> int:
     """Bytes of header and block table of a frame, from its first :data:`PREFIX` bytes (16
     suffice for a blosc1 frame)."""
     _, flags, _, nbytes, blocksize, cbytes, hlen, special = _header(prefix, where)

@@ -363,7 +363,7 @@ class BloscParts:
         missing; ``into`` None: the chunk is missing)."""
         where = Where(self.source, index)
         frame = sparse_frame(head)
-        view = memoryview(frame)
+        view = memoryview(frame)  # type: ignore[arg-type]  # an ndarray exports its buffer
         for a, b in ranges:
             got = None if into is None else into(a, b, view[a:b])
             if got is None:
@@ -390,7 +390,7 @@ def _copier(datas: list[Any]) -> Fill:
         if data is None:
             return None
         if len(data) == b - a:
-            view[:] = np.frombuffer(data, dtype=np.uint8)
+            view[:] = np.frombuffer(data, dtype=np.uint8)  # type: ignore[call-overload]
         return len(data)
 
     return into
