@@ -4,6 +4,7 @@ back, and play reads ahead the next frames as parts of chunks."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -208,3 +209,28 @@ def test_reads_answered_from_the_cache_are_timed_when_answered_not_when_drained(
     seen = {obs.lo[0]: obs.time for obs in history}
     for t, (before, after) in zip((10, 20, 30), spans):
         assert before <= seen[t] <= after, (t, before, seen[t], after)
+
+
+def test_a_drain_due_while_the_engine_closes_does_nothing() -> None:
+    """Reads answered from the cache just before ``close()`` leave a drain due on the loop;
+    it must not plan ahead on the closed engine (it raised EngineClosedError in a callback,
+    printed at interpreter exit)."""
+    from tsexplore.engine.planning import plan_selection
+    from tsexplore.engine.scheduler import Engine
+
+    source = SyntheticSource((32, 8, 8), chunks=(1, 8, 8), name="closing")
+    engine = Engine()
+    every = slice(None)
+    now = time.monotonic()
+    engine.prefetcher._pending = [
+        (source, plan_selection((t, every, every), source.shape, source.chunks), False,
+         (t, every, every), now + t * 0.01)
+        for t in range(4)
+    ]
+    engine.close()
+
+    async def due() -> None:  # what the timer runs, on a loop (the engine's is gone)
+        engine.prefetcher._drain()
+
+    asyncio.run(due())
+    assert engine.prefetcher._pending  # nothing was taken

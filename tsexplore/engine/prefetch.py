@@ -64,6 +64,9 @@ class PrefetchHost(Protocol):
 
     cache: ChunkCache
 
+    @property
+    def closed(self) -> bool: ...
+
     def key(self, source: ChunkSource, index: ChunkIndex) -> ReadKey: ...
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
@@ -317,7 +320,10 @@ class Prefetcher:
 
     def _drain(self) -> None:
         """Plan from the pending reads; while reads keep coming, the engine's thread comes
-        back every :data:`DRAIN_DELAY` by itself (the readers wake it once per burst)."""
+        back every :data:`DRAIN_DELAY` by itself (the readers wake it once per burst). A drain
+        due while the engine closes does nothing."""
+        if self._engine.closed:
+            return
         with self._lock:
             batch, self._pending = self._pending, []
             self._draining = bool(batch)
