@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures as cf
 import os
 import threading
@@ -34,7 +33,7 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import buffers, close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource
+from ..sources.base import ChunkIndex, ChunkSource, share
 from .absent import AbsentChunks
 from .activity import VisibleActivity
 from .blocking import wait_all
@@ -210,8 +209,8 @@ class Engine:
 
     def _read_now(self, source: ChunkSource, keys: list[ReadKey]) -> dict[ReadKey, cf.Future]:
         """Read parts of local chunks that a reader waits for, now: the calling thread and the
-        idle read threads take groups of them in turn until none is left (per key a future,
-        most of them done when this returns).
+        idle read threads take groups of them in turn until none is left
+        (:func:`~tsexplore.sources.base.share`); per key a done future.
 
         A part is a few blosc blocks: queueing it in the read table, dispatching it on the
         loop and handing it over to the reader cost about as much as decoding it (measured,
@@ -222,28 +221,21 @@ class Engine:
         chunks are read whole: see :func:`~.parts.part_boxes`), so nothing is lost by reading
         them outside the table. The reader's own share is read without ``wait_timeout`` (as
         xarray's and zarr's backends read local files, and as :meth:`read_inline` does): only
-        the parts the read threads take are waited for with it.
+        the groups the read threads take are waited for with it.
         """
-        futures: dict[ReadKey, cf.Future] = {key: cf.Future() for key in keys}
         helpers = min(self._io_threads, os.cpu_count() or 1) - 1
         step = max(1, -(-len(keys) // (2 * (helpers + 1))))  # two groups per worker: balance
-        groups = collections.deque(keys[i : i + step] for i in range(0, len(keys), step))
-
-        def work() -> None:
-            while True:
-                try:
-                    group = groups.popleft()
-                except IndexError:
-                    return
-                for key, value in zip(group, self._pipeline.read_here(source, group)):
-                    if isinstance(value, BaseException):
-                        futures[key].set_exception(value)
-                    else:
-                        futures[key].set_result(value)
-
-        for _ in range(min(helpers, len(groups) - 1)):
-            self._io.submit(work)
-        work()
+        groups = [keys[i : i + step] for i in range(0, len(keys), step)]
+        done = share(groups, lambda group: self._pipeline.read_here(source, group),
+                     config.get().wait_timeout, self._io.submit)
+        futures: dict[ReadKey, cf.Future] = {}
+        for group, values in zip(groups, done):
+            for key, value in zip(group, values):
+                future = futures[key] = cf.Future()
+                if isinstance(value, BaseException):
+                    future.set_exception(value)
+                else:
+                    future.set_result(value)
         return futures
 
     def _part_keys(self, keys: list[ReadKey], found: list[Any], boxes: list[Part]) -> None:

@@ -58,13 +58,21 @@ class ReadServices:
     helper: Callable[[Callable[[], None]], None] | None = None
 
 
-def share(jobs: list[Any], run: Callable[[Any], Any], timeout: float) -> list[Any]:
+def share(
+    jobs: list[Any],
+    run: Callable[[Any], Any],
+    timeout: float,
+    helper: Callable[[Callable[[], None]], None] | None = None,
+) -> list[Any]:
     """``run(job)`` of each job, in order: this thread and the read threads free meanwhile
-    (the engine's ``helper``) take jobs in turn until none is left; this thread then waits
-    (at most ``timeout`` seconds) only for the jobs a helper took, which are running. Outside
-    the engine, or for one job, this thread runs them all."""
-    services = read_services.get()
-    helper = None if services is None else services.helper
+    (started by ``helper``, default the engine's lent to the read in progress) take jobs in
+    turn until none is left; this thread then waits (at most ``timeout`` seconds) only for
+    the jobs a helper took, which are running, and raises what one of them raised. A helper
+    that starts late finds nothing left and returns. Outside the engine, or for one job,
+    this thread runs them all."""
+    if helper is None:
+        services = read_services.get()
+        helper = None if services is None else services.helper
     if helper is None or len(jobs) < 2:
         return [run(job) for job in jobs]
     queue = collections.deque(enumerate(jobs))
