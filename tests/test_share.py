@@ -69,3 +69,29 @@ def test_a_job_that_fails_on_a_helper_raises_in_the_caller() -> None:
                 share([0, 1, 2, 3], run, 5.0)
         finally:
             read_services.reset(token)
+
+
+def test_a_job_a_helper_holds_past_the_timeout_raises_a_read_timeout() -> None:
+    """Nothing waits for ever: a job stuck on a helper ends the wait with a ReadTimeoutError
+    that says what to do."""
+    from tsexplore.errors import ReadTimeoutError
+
+    me = threading.current_thread()
+    taken, release = threading.Event(), threading.Event()
+
+    def run(job: int) -> int:
+        if threading.current_thread() is not me:
+            taken.set()
+            release.wait(10.0)  # stuck until the test lets it go
+        else:
+            assert taken.wait(5.0), "no helper took a job"
+        return job
+
+    with ThreadPoolExecutor(1) as pool:
+        token = read_services.set(_services(pool.submit))
+        try:
+            with pytest.raises(ReadTimeoutError, match="wait_timeout"):
+                share([0, 1, 2], run, 0.2)
+        finally:
+            release.set()
+            read_services.reset(token)

@@ -80,38 +80,39 @@ def share(
     failed: list[BaseException] = []
     ended = threading.Semaphore(0)
     lock = threading.Lock()
-    running = [0]  # jobs a helper has taken and not finished
+    running = 0  # jobs taken and not finished
 
-    def take(helping: bool) -> None:
+    def take() -> None:
+        nonlocal running
         while True:
             with lock:
                 if not queue:
                     return
                 k, job = queue.popleft()
-                running[0] += helping
-            if not helping:
-                out[k] = run(job)
-                continue
+                running += 1
             try:
                 out[k] = run(job)
             except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
                 failed.append(exc)
             finally:
                 with lock:
-                    running[0] -= 1
+                    running -= 1
                 ended.release()
 
     context = contextvars.copy_context()
     for _ in range(len(jobs) - 1):
-        helper(lambda: context.copy().run(take, True))
-    take(False)
+        helper(lambda: context.copy().run(take))
+    take()
     deadline = time.monotonic() + timeout
     while True:
         with lock:
-            if not running[0]:
+            if not running:
                 break
         if not ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise ReadTimeoutError(f"jobs shared with other read threads did not end within {timeout} s")
+            raise ReadTimeoutError(
+                f"{running} of {len(jobs)} read jobs taken by other read threads did not finish "
+                f"within {timeout} s; raise tse.config.set(wait_timeout=...) or check the store"
+            )
     if failed:
         raise failed[0]
     return out

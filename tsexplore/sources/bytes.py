@@ -375,9 +375,13 @@ class LocalFiles(ByteStore):
 
     @staticmethod
     def hint(fd: int, rng: ByteRange) -> None:
-        """Ask the kernel to start reading bytes ``rng`` of the open file ``fd``."""
+        """Ask the kernel to start reading bytes ``rng`` of the open file ``fd`` (``(0, 0)``:
+        the whole file); only a hint: where the system refuses, nothing happens."""
         if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
+            try:
+                os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
 
     @staticmethod
     def read_into(fd: int, rng: ByteRange, out: memoryview) -> int:
@@ -405,9 +409,7 @@ class LocalFiles(ByteStore):
             except OSError:
                 continue  # a missing file is reported by its read
             try:
-                os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
+                self.hint(fd, rng)
             finally:
                 os.close(fd)
 
