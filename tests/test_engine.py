@@ -35,7 +35,7 @@ from tsexplore.errors import (
     WrongThreadError,
 )
 from tsexplore.sources import ArraySource, SyncChunkSource, SyntheticSource
-from tsexplore.sources.base import SourceOptions, count_retry
+from tsexplore.sources.base import SourceOptions
 from tsexplore.testing.wrappers import CountingSource, FaultySource, LatencySource
 
 
@@ -665,7 +665,7 @@ def test_a_loop_closed_before_its_thread_runs_it_stops(monkeypatch: pytest.Monke
         run(self)
 
     monkeypatch.setattr(IOLoop, "_run", late_run)
-    io = IOLoop(1, name="tsexplore-io-late")
+    io = IOLoop(dataclasses.replace(tse.config.get(), io_threads=1), name="tsexplore-io-late")
     io.close(timeout=0.2)  # gives up waiting on the thread
     go.set()
     io.thread.join(30)  # a bound on a loaded machine
@@ -745,7 +745,7 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
     key = lambda i: eng.key(src, (i, 0))  # noqa: E731
     eng.request(src, [(i, 0) for i in range(4)], Priority.SPECULATIVE)
     # 0: a one-pass reader joins the read in flight; the prefetcher asking again changes nothing
-    (f0,) = eng.request_mixed(src, [(0, 0)], Priority.PLANNED, cache=False)
+    (f0,) = eng.submit(src, [eng.key(src, (0, 0))], Priority.PLANNED, keep=False)
     eng.request(src, [(0, 0)], Priority.SPECULATIVE)
     np.testing.assert_array_equal(f0.result(5), region(inner, (0, 0)))
     # 1: a keeping reader joins: the chunk stays
@@ -756,13 +756,13 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
     while key(2) not in eng.cache and time.monotonic() < deadline:
         time.sleep(0.01)
     # 2: read ahead and finished; a one-pass reader takes it out of the cache
-    (v2,) = eng.request_mixed(src, [(2, 0)], Priority.PLANNED, cache=False)
+    (v2,) = eng.submit(src, [eng.key(src, (2, 0))], Priority.PLANNED, keep=False)
     np.testing.assert_array_equal(v2, region(inner, (2, 0)))
     assert key(0) not in eng.cache and key(2) not in eng.cache
     assert key(1) in eng.cache and key(3) in eng.cache  # kept: a keeping reader wanted them
     assert src.reads == 4  # nothing was read twice
     # a cached chunk that was not read ahead for anyone stays, also for a one-pass reader
-    (v3,) = eng.request_mixed(src, [(3, 0)], Priority.PLANNED, cache=False)
+    (v3,) = eng.submit(src, [eng.key(src, (3, 0))], Priority.PLANNED, keep=False)
     assert key(3) in eng.cache and v3 is not None
 
 
@@ -772,7 +772,7 @@ def test_a_guess_of_a_chunk_a_one_pass_reader_took_is_refused_when_admitted() ->
     table decides at admission (the interleaving forced here), so the chunk is read once."""
     src = CountingSource(SyntheticSource((6, 8), (1, 8), "float32"))
     eng = get_engine()
-    (f0,) = eng.request_mixed(src, [(0, 0)], Priority.PLANNED, cache=False)  # a dask task
+    (f0,) = eng.submit(src, [eng.key(src, (0, 0))], Priority.PLANNED, keep=False)  # a dask task
     f0.result(5)
     assert eng.key(src, (0, 0)) not in eng.cache  # one pass: not kept
     # ... and the guess for a one-pass reader, checked before the task took the chunk, arrives
@@ -806,7 +806,7 @@ def test_a_read_that_ends_between_the_look_up_and_the_admission_is_not_read_agai
 
     monkeypatch.setattr(eng.cache, "get_many", get_many)
     hits = tse.stats().hits
-    (item,) = eng.request_mixed(src, [(0, 0)])
+    (item,) = eng.submit(src, [eng.key(src, (0, 0))])
     np.testing.assert_array_equal(item, region(src.inner, (0, 0)))  # an array: a hit
     assert src.reads == 1 and tse.stats().hits == hits + 1
 
@@ -859,7 +859,6 @@ class Quirky(SyncChunkSource):
         self.token = f"quirky-{id(self)}"
 
     def read_chunk_sync(self, index):
-        count_retry()  # every read reports one retried request
         if index == (0, 0):
             raise MissingChunkError("chunk (0, 0) is not in the store", source=self.token, index=index)
         if index == (0, 1):
@@ -896,7 +895,7 @@ def test_every_read_is_checked_the_same_way(via) -> None:
     with pytest.raises(ChunkReadError, match=r"returned shape \(3, 2\) for chunk \(1, 1\)"):
         eng.fetch(src, [(1, 1)])
     snap = eng.snapshot()
-    assert snap.missing_filled == 1 and snap.retries == 4
+    assert snap.missing_filled == 1
     assert snap.errors >= 2 and snap.reads >= 4
     assert snap.latency_p50 > 0
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 
-from tsexplore.engine.link import GAIN, HIGHEST, LOWEST, LinkModel
+from tsexplore.sources.link import GAIN, HIGHEST, LOWEST, LinkModel
 
 
 class Clock:
     now = 100.0
+
+
+def _depth(model: LinkModel, latency: float, now: float | None = None) -> int:
+    """The model's concurrency when a read's moving average latency is ``latency``."""
+    model.read_latency = latency
+    return model.concurrency(now=now)
 
 
 def _round(model: LinkModel, clock: Clock, n: int, size: int, seconds: float) -> None:
@@ -25,7 +31,7 @@ def _simulate(model: LinkModel, clock: Clock, bandwidth: float, latency: float, 
     bytes/s and ``latency`` seconds to first byte; the depths it chose."""
     depths = []
     for _ in range(rounds):
-        n = model.concurrency(10.0, now=clock.now)  # the latency rule out of the way
+        n = _depth(model, 10.0, now=clock.now)  # the latency rule out of the way
         depths.append(n)
         _round(model, clock, n, size, latency + n * size / bandwidth)
     return depths
@@ -33,8 +39,8 @@ def _simulate(model: LinkModel, clock: Clock, bandwidth: float, latency: float, 
 
 def test_a_new_link_starts_small_whatever_the_latency() -> None:
     model = LinkModel()
-    assert model.concurrency(0.1) == LOWEST  # not 80 requests that would all arrive late
-    assert model.concurrency(0.0005) == LOWEST
+    assert _depth(model, 0.1) == LOWEST  # not 80 requests that would all arrive late
+    assert _depth(model, 0.0005) == LOWEST
 
 
 def test_an_unlimited_link_lets_the_depth_grow_to_the_latency_rule() -> None:
@@ -44,7 +50,7 @@ def test_an_unlimited_link_lets_the_depth_grow_to_the_latency_rule() -> None:
     # then twice what each busy second delivered: with no cap on the link, that keeps growing
     assert depths[-1] == HIGHEST
     # and the latency rule still bounds it: 5 ms needs 4 in flight, not 128
-    assert model.concurrency(0.005, now=clock.now) == LOWEST
+    assert _depth(model, 0.005, now=clock.now) == LOWEST
 
 
 def test_a_full_link_settles_near_twice_its_bandwidth_delay_product() -> None:
@@ -65,10 +71,10 @@ def test_between_bursts_the_measured_bandwidth_keeps_the_depth() -> None:
         clock.now += 0.5
     assert math.isclose(model.bandwidth, 16 * 2_000_000 / 0.26)
     # long after the last completion the short-term rule has nothing: the bandwidth has
-    cap = model.concurrency(10.0, now=clock.now)
+    cap = _depth(model, 10.0, now=clock.now)
     full = GAIN * model.bandwidth * 0.26 / 2_000_000 + LOWEST  # less a little decay
     assert 0.85 * full <= cap <= full + 1
-    assert model.concurrency(10.0, now=clock.now + 40) < cap  # and it decays
+    assert _depth(model, 10.0, now=clock.now + 40) < cap  # and it decays
 
 
 # -- the look-ahead's depth and batches -----------------------------------------------------------

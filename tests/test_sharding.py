@@ -6,10 +6,9 @@ NumPy data written. Batches are checked with a fake source that records what it 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,8 @@ import tsexplore as tse
 from tsexplore.engine import Engine, Priority
 from tsexplore.errors import CorruptChunkError, MissingChunkError, RequestCancelledError
 from tsexplore.sources import SyntheticSource
-from tsexplore.sources.sharding import MAX_UINT64, coalesce, layout_from_zarr
+from tsexplore.sources.bytes import ByteRange, coalesce
+from tsexplore.sources.sharding import MAX_UINT64, layout_from_zarr
 from tsexplore.xarray import sources_of
 
 SHAPE = (8, 48, 40)  # shards 4 x 16 x 16 (edge shards along y and x), inner 1 x 8 x 8
@@ -57,7 +57,7 @@ def test_sharded_equals_zarr_and_reads_each_index_once(tmp_path: Path, where: st
     assert snap.reads == 8 * 6 * 5
     # one range per shard for its index and at most a few for its (adjacent) inner chunks
     assert nshards < snap.range_requests <= 3 * nshards
-    keys = [k for k in tse.get_engine().cache.keys() if str(k[0]).endswith("#shard-index")]
+    keys = [k for k in tse.get_engine().cache.keys() if getattr(k, "kind", None) == "index"]
     assert len(keys) == nshards
 
 
@@ -132,7 +132,7 @@ def test_coalesce_covers_every_span_once_within_its_limits(pieces, gap, max_run,
         spans.append((at + hole, n))
         at += hole + n
     rnd.shuffle(spans)
-    runs = coalesce(spans, gap, max_run)
+    runs = coalesce([ByteRange(off, off + n) for off, n in spans], gap, max_run)
     members = sorted(m for r in runs for m in r.members)
     assert members == list(range(len(spans)))
     for r in runs:
@@ -158,40 +158,44 @@ def test_empty_entry_marker_is_all_ones() -> None:
 
 
 class BatchingSource(SyntheticSource):
-    """A synthetic source whose reads of one group (4 chunks along the last axis) batch."""
+    """A synthetic source whose reads of one group (4 chunks along the last axis) batch; its
+    reads wait on a gate."""
 
-    coalesces = True
     max_batch = 4
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.batches: list[tuple[tuple[int, ...], ...]] = []
-        self.singles: list[tuple[int, ...]] = []
+        self.started: list[tuple[int, ...]] = []
         self.gate = threading.Event()
         self.gate.set()
         self.fail: set[tuple[int, ...]] = set()
 
-    def coalesce_key(self, index: Sequence[int]) -> Hashable | None:
+    def batch_key(self, index: Sequence[int]) -> Hashable | None:
         return (*index[:-1], index[-1] // 4)
 
-    async def read_chunk_counted(self, index):  # type: ignore[no-untyped-def]
-        self.singles.append(tuple(index))
-        await asyncio.to_thread(self.gate.wait, 10)
-        return self.read_chunk_sync(index)
+    def read_chunk_sync(self, index):  # type: ignore[no-untyped-def]
+        self.started.append(tuple(index))
+        self.gate.wait(10)
+        if tuple(index) in self.fail:
+            raise CorruptChunkError("injected", index=tuple(index))
+        return super().read_chunk_sync(index)
 
-    def read_chunks_counted(self, indices: Sequence[tuple[int, ...]]) -> list[Awaitable]:
-        self.batches.append(tuple(tuple(i) for i in indices))
-        shared: dict[str, asyncio.Task] = {}
 
-        async def member(index: tuple[int, ...]):  # type: ignore[no-untyped-def]
-            if "t" not in shared:
-                shared["t"] = asyncio.ensure_future(asyncio.to_thread(self.gate.wait, 10))
-            await asyncio.shield(shared["t"])
-            if index in self.fail:
-                raise CorruptChunkError("injected", index=index)
-            return self.read_chunk_sync(index)
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, ...], ...]]:
+    """The batches the engine runs through the pipeline (their chunk indices)."""
+    from tsexplore.engine import scheduler
 
-        return [member(tuple(i)) for i in indices]
+    seen: list[tuple[tuple[int, ...], ...]] = []
+    execute = scheduler.execute
+
+    def recorded(source, requests, services, nested=False):  # type: ignore[no-untyped-def]
+        if isinstance(source, BatchingSource):
+            seen.append(tuple(r.index for r in requests))
+        return execute(source, requests, services, nested)
+
+    monkeypatch.setattr(scheduler, "execute", recorded)
+    return seen
 
 
 def _src() -> BatchingSource:
@@ -203,13 +207,13 @@ def _hold(eng: Engine, src: BatchingSource) -> list:
     src.gate.clear()
     held = eng.request(src, [(row, 0, 7) for row in range(2, 2 + eng.concurrency("sync"))])
     deadline = time.monotonic() + 10
-    while len(src.singles) < len(held) and time.monotonic() < deadline:
+    while len(src.started) < len(held) and time.monotonic() < deadline:
         time.sleep(0.005)
     assert eng.snapshot().in_flight == len(held)
     return held
 
 
-def test_queued_reads_of_one_group_run_as_one_batch() -> None:
+def test_queued_reads_of_one_group_run_as_one_batch(batches: list) -> None:
     src = _src()
     with Engine() as eng:
         held = _hold(eng, src)
@@ -220,14 +224,14 @@ def test_queued_reads_of_one_group_run_as_one_batch() -> None:
         got = [f.result(10) for f in futures]
         for i, chunk in enumerate(got):
             np.testing.assert_array_equal(chunk, src.read_chunk_sync((0, 0, i))[0])
-        assert sorted(src.batches) == [tuple((0, 0, i) for i in range(4)),
-                                       tuple((0, 0, i) for i in range(4, 8))]
+        assert sorted(b for b in batches if len(b) > 1) == [tuple((0, 0, i) for i in range(4)),
+                                                            tuple((0, 0, i) for i in range(4, 8))]
         snap = eng.snapshot()
         assert snap.reads == 8 + len(held) and snap.errors == 0
         assert snap.batched == 8
 
 
-def test_batches_keep_priorities_dedup_and_generations() -> None:
+def test_batches_keep_priorities_dedup_and_generations(batches: list) -> None:
     src = _src()
     with Engine() as eng:
         hold = _hold(eng, src)
@@ -245,14 +249,14 @@ def test_batches_keep_priorities_dedup_and_generations() -> None:
         for f in stale:
             with pytest.raises(RequestCancelledError):
                 f.result(10)
-        ran = [i for b in src.batches for i in b] + src.singles
+        ran = src.started
         assert (0, 0, 4) not in ran and (0, 0, 5) not in ran
         assert len(ran) == len(set(ran))  # no chunk read twice
         # the two priorities never share a batch (one group, two batches)
-        assert sorted(src.batches) == [((0, 0, 0), (0, 0, 1)), ((0, 0, 2), (0, 0, 3))]
+        assert sorted(b for b in batches if b[0][0] == 0) == [((0, 0, 0), (0, 0, 1)), ((0, 0, 2), (0, 0, 3))]
 
 
-def test_a_failed_member_fails_alone() -> None:
+def test_a_failed_member_fails_alone(batches: list) -> None:
     src = _src()
     src.fail = {(0, 0, 1)}
     with Engine() as eng:
@@ -261,7 +265,7 @@ def test_a_failed_member_fails_alone() -> None:
         src.gate.set()
         for f in held:
             f.result(10)
-        assert src.batches == [tuple((0, 0, i) for i in range(4))]
+        assert [b for b in batches if b[0][0] == 0] == [tuple((0, 0, i) for i in range(4))]
         with pytest.raises(CorruptChunkError) as info:
             futures[1].result(10)
         assert info.value.index == (0, 0, 1)
@@ -272,23 +276,22 @@ def test_a_failed_member_fails_alone() -> None:
 
 def test_a_batch_of_inner_chunks_decodes_in_jobs_over_the_read_threads(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A frame's inner chunks of one local shard are decoded in jobs (one per read thread)
-    that the read thread that read them shares with the read threads free meanwhile."""
-    from tsexplore.sources.sharding import ShardReader
+    """A frame's inner chunks of one local shard are read as one batch and decoded on the
+    read thread that read them and the read threads free meanwhile."""
+    from tsexplore.sources.zarr_source import ZarrSource
 
     path = tmp_path / "s.zarr"
     values = _write(path, inner=(1, 4, 4))  # a shard's frame: 4 x 4 inner chunks
-    jobs: list[tuple[int, str]] = []
-    decode_all = ShardReader._decode_all
+    threads: list[str] = []
+    decode = ZarrSource.decode
 
-    def recorded(self, indices, members, pieces):  # type: ignore[no-untyped-def]
-        jobs.append((len(members), threading.current_thread().name))
-        return decode_all(self, indices, members, pieces)
+    def recorded(self, request, located, data):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return decode(self, request, located, data)
 
-    monkeypatch.setattr(ShardReader, "_decode_all", recorded)
+    monkeypatch.setattr(ZarrSource, "decode", recorded)
     tse.config.set(io_threads=4)
     da = tse.open_dataset(path)["data"]
     np.testing.assert_array_equal(da[0, :16, :16].values, values[0, :16, :16])
-    assert sorted(n for n, _ in jobs) == [4, 4, 4, 4], jobs  # 16 members, 4 jobs of 4
-    assert all(name.startswith("tsexplore-read") for _, name in jobs), jobs
-    assert tse.stats().batched == 16
+    assert len(threads) == 16 and all(name.startswith("tsexplore-read") for name in threads), threads
+    assert tse.stats().batched == 16 and tse.stats().range_requests <= 2  # its index, its frame

@@ -1,28 +1,33 @@
-"""``sources.base.share``: a read thread shares jobs with the read threads free meanwhile."""
+"""``IOLoop.share``: a thread shares jobs with the engine's read threads free meanwhile."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
 import pytest
 
-from tsexplore.sources.base import ReadServices, read_services, share
+import tsexplore as tse
+from tsexplore.engine.loop import IOLoop
 
 
-def _services(helper):  # type: ignore[no-untyped-def]
-    return ReadServices(lambda name, n: None, lambda key: None, lambda key, value: False, helper=helper)
+@pytest.fixture
+def io() -> Iterator[IOLoop]:
+    loop = IOLoop(dataclasses.replace(tse.config.get(), io_threads=3), name="tsexplore-io-share")
+    yield loop
+    loop.close()
 
 
-def test_outside_the_engine_the_calling_thread_runs_every_job_in_order() -> None:
+def test_one_job_runs_in_the_calling_thread(io: IOLoop) -> None:
     seen = []
-    assert share([3, 1, 2], lambda j: seen.append(threading.current_thread()) or j * 10, 1.0) == [30, 10, 20]
-    assert set(seen) == {threading.current_thread()}
+    assert io.share([3], lambda j: seen.append(threading.current_thread()) or j * 10, 1.0) == [30]
+    assert seen == [threading.current_thread()]
 
 
-def test_free_threads_take_jobs_and_the_results_keep_the_jobs_order() -> None:
+def test_free_threads_take_jobs_and_the_results_keep_the_jobs_order(io: IOLoop) -> None:
     """The caller's first job waits until another thread has run a job: it ends only if a
-    helper really took one (and the results still come back in the jobs' order)."""
+    read thread really took one (and the results still come back in the jobs' order)."""
     helped = threading.Event()
     me = threading.current_thread()
 
@@ -30,28 +35,20 @@ def test_free_threads_take_jobs_and_the_results_keep_the_jobs_order() -> None:
         if threading.current_thread() is not me:
             helped.set()
         elif job == 0:
-            assert helped.wait(5.0), "no helper took a job"
+            assert helped.wait(5.0), "no read thread took a job"
         return job * job
 
-    with ThreadPoolExecutor(3) as pool:
-        token = read_services.set(_services(pool.submit))
-        try:
-            assert share(list(range(8)), run, 5.0) == [j * j for j in range(8)]
-        finally:
-            read_services.reset(token)
+    assert io.share(list(range(8)), run, 5.0) == [j * j for j in range(8)]
     assert helped.is_set()
 
 
-def test_helpers_that_never_start_do_not_hold_the_caller() -> None:
-    """Every read thread busy: the helpers asked for never run; the caller runs all."""
-    token = read_services.set(_services(lambda fn: None))
-    try:
-        assert share([1, 2, 3], lambda j: -j, 1.0) == [-1, -2, -3]
-    finally:
-        read_services.reset(token)
+def test_read_threads_that_never_start_do_not_hold_the_caller(io: IOLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read thread busy: the help asked for never runs; the caller runs all."""
+    monkeypatch.setattr(io, "submit", lambda fn, *args: None)
+    assert io.share([1, 2, 3], lambda j: -j, 1.0) == [-1, -2, -3]
 
 
-def test_a_job_that_fails_on_a_helper_raises_in_the_caller() -> None:
+def test_a_job_that_fails_on_a_read_thread_raises_in_the_caller(io: IOLoop) -> None:
     me = threading.current_thread()
     helped = threading.Event()
 
@@ -59,21 +56,16 @@ def test_a_job_that_fails_on_a_helper_raises_in_the_caller() -> None:
         if threading.current_thread() is not me:
             helped.set()
             raise ValueError(f"job {job} failed")
-        assert helped.wait(5.0)  # the caller's job waits until a helper has failed
+        assert helped.wait(5.0)  # the caller's job waits until a read thread has failed
         return job
 
-    with ThreadPoolExecutor(2) as pool:
-        token = read_services.set(_services(pool.submit))
-        try:
-            with pytest.raises(ValueError, match="failed"):
-                share([0, 1, 2, 3], run, 5.0)
-        finally:
-            read_services.reset(token)
+    with pytest.raises(ValueError, match="failed"):
+        io.share([0, 1, 2, 3], run, 5.0)
 
 
-def test_a_job_a_helper_holds_past_the_timeout_raises_a_read_timeout() -> None:
-    """Nothing waits for ever: a job stuck on a helper ends the wait with a ReadTimeoutError
-    that says what to do."""
+def test_a_job_a_read_thread_holds_past_the_timeout_raises_a_read_timeout(io: IOLoop) -> None:
+    """Nothing waits for ever: a job stuck on a read thread ends the wait with a
+    ReadTimeoutError that says what to do."""
     from tsexplore.errors import ReadTimeoutError
 
     me = threading.current_thread()
@@ -84,14 +76,11 @@ def test_a_job_a_helper_holds_past_the_timeout_raises_a_read_timeout() -> None:
             taken.set()
             release.wait(10.0)  # stuck until the test lets it go
         else:
-            assert taken.wait(5.0), "no helper took a job"
+            assert taken.wait(5.0), "no read thread took a job"
         return job
 
-    with ThreadPoolExecutor(1) as pool:
-        token = read_services.set(_services(pool.submit))
-        try:
-            with pytest.raises(ReadTimeoutError, match="wait_timeout"):
-                share([0, 1, 2], run, 0.2)
-        finally:
-            release.set()
-            read_services.reset(token)
+    try:
+        with pytest.raises(ReadTimeoutError, match="wait_timeout"):
+            io.share([0, 1, 2], run, 0.2)
+    finally:
+        release.set()

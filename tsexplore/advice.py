@@ -407,9 +407,9 @@ def _forget(engine: Any, source: ChunkSource, timeout: float = 10.0) -> None:
     """Let the reads of ``source`` finish (read-ahead included), drop its chunks from the cache."""
     token = source.token
     deadline = time.monotonic() + timeout
-    while any(k[0] == token for k in engine.in_flight_keys()) and time.monotonic() < deadline:
+    while any(k.array == token for k in engine.in_flight_keys()) and time.monotonic() < deadline:
         time.sleep(0.002)
-    engine.cache.discard([k for k in engine.cache.keys() if k[0] == token])
+    engine.cache.discard([k for k in engine.cache.keys() if k.array == token])
 
 
 def _as_layout(obj: Any, dims: Sequence[Any]) -> Layout:

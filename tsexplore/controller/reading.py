@@ -90,8 +90,7 @@ def note_cached_read(engine: Engine, level: ViewLevel, request: ViewRequest, *, 
     channel's generation, the prefetcher's view of the access."""
     source = level.source
     plan = plan_selection(request.key, source.shape, source.chunks)
-    engine.request_mixed(source, list(plan.chunk_indices()), Priority.VISIBLE, channel=channel,
-                         generation=request.generation)
+    engine.request(source, plan.indices, Priority.VISIBLE, channel=channel, generation=request.generation)
     engine.count_useful(math.prod(plan.out_shape) * source.dtype.itemsize)
     engine.prefetcher.observe_soon(source, plan, False, request.key)
 
@@ -104,8 +103,9 @@ def read_tiles(engine: Engine, level: ViewLevel, request: ViewRequest, order: Se
     :class:`RequestCancelledError` as soon as ``stale()`` says a newer view waits."""
     source = level.source
     order = list(order)
-    items = engine.request_mixed(source, order, Priority.VISIBLE, channel=channel,
-                                 generation=request.generation)
+    timeout = engine.context.settings.wait_timeout if timeout is None else timeout
+    items = engine.submit(source, [engine.key(source, index) for index in order], Priority.VISIBLE,
+                          channel=channel, generation=request.generation)
     plan = plan_selection(request.key, source.shape, source.chunks)
     if any(isinstance(item, cf.Future) for item in items):
         engine.prefetcher.observe(source, plan)

@@ -7,12 +7,11 @@ from .blocking import wait_all
 from .cache import ChunkCache
 from .scheduler import Engine, close_engine, current_engine, get_engine, set_cache_bytes, snapshot
 from .stats import Stats, StatsSnapshot
-from .types import ChunkKey, Priority, ReadKey
+from .types import ChunkRequest, Priority
 
 __all__ = [
     "ChunkCache",
-    "ChunkKey",
-    "ReadKey",
+    "ChunkRequest",
     "Engine",
     "Priority",
     "Stats",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 #: how often a waiting consumer looks again at the read table (a VISIBLE read cancelled
 #: rather than finished wakes nobody)
@@ -36,9 +37,11 @@ class VisibleActivity:
     Counters: ``pauses`` (consumers that waited), ``paused_seconds``, ``waiting`` (now).
     """
 
-    def __init__(self, reads_active: Callable[[], bool], *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, reads_active: Callable[[], bool], *, settings: Callable[[], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  grace: float | None = None, max_wait: float | None = None) -> None:
         self._reads_active = reads_active
+        self._settings_now = settings
         self._clock = clock
         self._cond = threading.Condition()
         self._holds: set[Hashable] = set()
@@ -51,9 +54,9 @@ class VisibleActivity:
         self.waiting = 0
 
     def _settings(self) -> tuple[bool, float, float]:
-        from .. import config
-
-        s = config.get()
+        if self._settings_now is None:
+            return True, self._grace or 0.0, self._max_wait or 0.0
+        s = self._settings_now()
         grace = s.visible_grace if self._grace is None else self._grace
         wait = s.background_wait if self._max_wait is None else self._max_wait
         return bool(s.visible_first), float(grace), float(wait)

@@ -22,10 +22,10 @@ from ..sources import buffers
 from ..sources.base import ChunkSource
 from .blocking import wait_all
 from .loop import on_read_thread
-from .parts import is_part, part_boxes, shift
+from .parts import is_part, plan_requests, shift
 from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .scheduler import Engine, get_engine
-from .types import Part, Priority
+from .types import ChunkRequest, Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -70,15 +70,13 @@ def read_selection(
         )
     engine = get_engine() if engine is None else engine
     engine.check_blocking_allowed()
-    indices = plan.indices
+    timeout = engine.context.settings.wait_timeout if timeout is None else timeout
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
-        return assemble(plan, [engine.read_inline(source, i) for i in indices], dtype, timeout)
+        return assemble(plan, [engine.read_inline(source, i) for i in plan.indices], dtype, timeout)
     # thin regions of blosc chunks: only their blocks (unless a steady pattern reads them all)
-    boxes = part_boxes(plan, source, engine.prefetcher.following(source))
-    items = engine.request_mixed(
-        source, indices, priority, channel=channel, generation=generation, cache=cache,
-        boxes=boxes,
-    )
+    requests = plan_requests(plan, source, engine.prefetcher.following(source),
+                             engine.context.settings.partial_decode)
+    items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
     observe = priority is Priority.VISIBLE if observe is None else observe
     if observe and any(isinstance(item, cf.Future) for item in items):
         engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
@@ -87,12 +85,11 @@ def read_selection(
         item = items[0]
         chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
         local = plan.placements[0][1]
-        box = boxes[0] if boxes else None
-        if is_part(chunk, box):
-            local = shift(local, box)  # type: ignore[arg-type]
+        if is_part(chunk, requests[0]):
+            local = shift(local, requests[0].box)  # type: ignore[arg-type]
         out = finish(take_piece(chunk, local), plan)
     else:
-        out = assemble(plan, items, dtype, timeout, boxes)
+        out = assemble(plan, items, dtype, timeout, requests)
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.prefetcher.observe_soon(source, plan, not cache, key)
@@ -103,30 +100,26 @@ def assemble(
     plan: SelectionPlan,
     items: list,
     dtype: np.dtype,
-    timeout: float | None,
-    boxes: list[Part] | None = None,
+    timeout: float,
+    requests: list[ChunkRequest] | None = None,
 ) -> np.ndarray:
     """Copy each chunk's piece into the output (cached arrays first, then reads as they end).
 
-    ``boxes``: where a part of a chunk was asked for, its box (the item then holds the
-    box's values, or the whole chunk)."""
+    ``requests``: what was asked for each chunk (a part's item holds the box's values, or
+    the whole chunk)."""
     out = output_buffer(plan.block_shape, dtype)
     if not items:
         return finish(out, plan)
     basic = plan.basic
-    if boxes is None and len(items) == 1 and type(items[0]) is np.ndarray and basic:
-        (target, local), = plan.placements  # one cached chunk: its piece, no placement loop
-        _place(out, items[0], target, local, True, None)
-        return finish(out, plan)
-    parts = boxes or itertools.repeat(None)
+    asked = requests or itertools.repeat(None)
     pending = []
-    for (target, local), item, box in zip(plan.placements, items, parts):
+    for (target, local), item, request in zip(plan.placements, items, asked):
         if isinstance(item, cf.Future):
-            pending.append((target, local, item, box))
+            pending.append((target, local, item, request))
             continue
-        _place(out, item, target, local, basic, box)
-    for target, local, fut, box in pending:
-        _place(out, wait_all([fut], timeout)[0], target, local, basic, box)
+        _place(out, item, target, local, basic, request)
+    for target, local, fut, request in pending:
+        _place(out, wait_all([fut], timeout)[0], target, local, basic, request)
     return finish(out, plan)
 
 
@@ -142,10 +135,11 @@ def output_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _place(
-    out: np.ndarray, chunk: np.ndarray, target: tuple, local: tuple, basic: bool, box: Part
+    out: np.ndarray, chunk: np.ndarray, target: tuple, local: tuple, basic: bool,
+    request: ChunkRequest | None,
 ) -> None:
-    if box is not None and is_part(chunk, box):
-        local = shift(local, box)  # type: ignore[arg-type]
+    if request is not None and is_part(chunk, request):
+        local = shift(local, request.box)  # type: ignore[arg-type]
     out[target] = chunk[local] if basic else take_piece(chunk, local)
 
 

@@ -11,15 +11,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import config
 from ..errors import ReadTimeoutError
 
 
-def wait_all(futures: Sequence[cf.Future], timeout: float | None = None) -> list[np.ndarray]:
-    """Wait for every future (bounded by ``timeout``) and return their results in order."""
+def wait_all(futures: Sequence[cf.Future], timeout: float) -> list[np.ndarray]:
+    """Wait for every future (at most ``timeout`` seconds) and return their results in order."""
     if len(futures) == 1 and futures[0].done():
         return [futures[0].result()]
-    timeout = config.get().wait_timeout if timeout is None else timeout
     if len(futures) == 1:  # the future's own wait: cheaper than cf.wait's waiters
         try:
             return [futures[0].result(timeout)]

@@ -1,13 +1,13 @@
 """ChunkCache: decoded chunks and stored (encoded) bytes under one byte budget, LRU with pins.
 
-Two tiers share one least-recently-used order and one budget:
+Two tiers share one least-recently-used order and one budget; the key says the tier:
 
-- the **decoded** tier: decoded chunks, and decoded parts of chunks, by their key
-  (:meth:`get`, :meth:`put`, ``key in cache``, :meth:`keys`, ``len(cache)``);
-- the **encoded** tier: what a store holds for a chunk -- its stored bytes, the header and
-  block table of a blosc frame, a shard's index -- by any hashable key of the caller's
-  (:meth:`get_encoded`, :meth:`put_encoded`); a frame held here decodes any of its parts
-  without reading the store again.
+- the **decoded** tier: decoded chunks and decoded parts of chunks, under their
+  :class:`~.types.ChunkRequest` (whole, or :class:`~.types.Blocks`); ``len(cache)`` counts them;
+- the **encoded** tier: what a store holds -- a chunk's stored bytes (a ``STORED`` request),
+  a blosc frame's head, a shard's index (an :class:`~.types.AuxKey`) -- each counted for the
+  bytes its writer gives; a frame held here decodes any of its parts without reading the
+  store again.
 
 The lock guards only the dictionary and the counters; it is never held while reading or
 decoding. Anything larger than the whole budget is returned to its caller but not kept.
@@ -27,25 +27,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .types import STORED, AuxKey, ChunkRequest
 
 
-class _Encoded:
-    """The cache's own key of an encoded entry (never equal to a decoded key)."""
-
-    __slots__ = ("key", "_hash")
-
-    def __init__(self, key: Hashable) -> None:
-        self.key = key
-        self._hash = hash(("tsexplore-encoded", key))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Encoded) and other.key == self.key
+def encoded(key: Hashable) -> bool:
+    """Whether ``key`` belongs to the encoded tier."""
+    return type(key) is AuxKey or (type(key) is ChunkRequest and key.part is STORED)
 
 
-class _Stored:
+class _Held:
     """An encoded value and the bytes it is counted for."""
 
     __slots__ = ("value", "nbytes")
@@ -53,10 +43,6 @@ class _Stored:
     def __init__(self, value: Any, nbytes: int) -> None:
         self.value = value
         self.nbytes = nbytes
-
-
-def _size(value: Any) -> int:
-    return int(value.nbytes)
 
 
 class ChunkCache:
@@ -103,12 +89,13 @@ class ChunkCache:
         """Bytes of the decoded tier."""
         return self.bytes_now - self.encoded_bytes
 
-    # -- the decoded tier -------------------------------------------------------------------
-    def get(self, key: Hashable) -> np.ndarray | None:
+    # -- entries ----------------------------------------------------------------------------
+    def get(self, key: Hashable) -> Any:
         return self.get_many((key,))[0]
 
-    def get_many(self, keys: Sequence[Hashable]) -> list[np.ndarray | None]:
-        """Look several keys up under one lock acquisition (None where absent)."""
+    def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
+        """Look several keys up under one lock acquisition (None where absent); each found
+        becomes the most recently used."""
         with self._lock:
             data = self._data
             out = []
@@ -116,18 +103,25 @@ class ChunkCache:
                 value = data.get(key)
                 if value is not None:
                     data.move_to_end(key)
+                    if type(value) is _Held:
+                        value = value.value
                 out.append(value)
             return out
 
     def __contains__(self, key: Hashable) -> bool:
+        """Whether ``key`` is held (its place in the LRU order is unchanged)."""
         with self._lock:
             return key in self._data
 
-    def put(self, key: Hashable, value: np.ndarray) -> bool:
-        """Keep ``value`` under ``key`` if it fits; returns whether it was kept."""
-        return self._keep(key, value, value.nbytes)
-
-    def _keep(self, key: Hashable, value: Any, size: int) -> bool:
+    def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> bool:
+        """Keep ``value`` under ``key`` if it fits; returns whether it was kept. Decoded
+        values are arrays (counted for their ``nbytes``, made read-only); encoded ones are
+        counted for ``nbytes`` (default ``len(value)``)."""
+        if encoded(key):
+            size = len(value) if nbytes is None else int(nbytes)
+            value = _Held(value, size)
+        else:
+            size = value.nbytes
         if self.outside is not None:  # what the budget holds outside the cache goes first
             self.outside(self._budget - self.bytes_now - size)
         with self._lock:
@@ -140,7 +134,7 @@ class ChunkCache:
                 value.flags.writeable = False
             self._data[key] = value
             self.bytes_now += size
-            if isinstance(key, _Encoded):
+            if type(value) is _Held:
                 self.encoded_bytes += size
                 self.encoded_entries += 1
             elif key in self._pins:
@@ -154,7 +148,7 @@ class ChunkCache:
         if old is None:
             return None
         self.bytes_now -= old.nbytes
-        if isinstance(key, _Encoded):
+        if type(old) is _Held:
             self.encoded_bytes -= old.nbytes
             self.encoded_entries -= 1
         elif key in self._pins:
@@ -187,31 +181,6 @@ class ChunkCache:
             self.encoded_entries = 0
             self.pinned_bytes = 0
 
-    # -- the encoded tier -------------------------------------------------------------------
-    def put_encoded(self, key: Hashable, value: Any, nbytes: int | None = None) -> bool:
-        """Keep stored bytes (or a parsed header, a shard index: any object, counted as
-        ``nbytes``; default ``len(value)``) under ``key``; returns whether they were kept."""
-        size = len(value) if nbytes is None else int(nbytes)
-        return self._keep(_Encoded(key), _Stored(value, size), size)
-
-    def get_encoded(self, key: Hashable) -> Any:
-        """What :meth:`put_encoded` kept under ``key``, or None."""
-        wrapped = _Encoded(key)
-        with self._lock:
-            entry = self._data.get(wrapped)
-            if entry is None:
-                return None
-            self._data.move_to_end(wrapped)
-            return entry.value
-
-    def has_encoded(self, key: Hashable) -> bool:
-        """Whether the encoded tier holds ``key`` (its place in the LRU is unchanged)."""
-        with self._lock:
-            return _Encoded(key) in self._data
-
-    def discard_encoded(self, keys: Iterable[Hashable]) -> None:
-        self.discard(_Encoded(key) for key in keys)
-
     # -- pins -----------------------------------------------------------------------------
     def pin(self, keys: Iterable[Hashable]) -> None:
         """Protect ``keys`` from eviction (counted: pin twice, unpin twice)."""
@@ -220,7 +189,7 @@ class ChunkCache:
                 n = self._pins.get(key, 0)
                 self._pins[key] = n + 1
                 if n == 0 and key in self._data:
-                    self.pinned_bytes += _size(self._data[key])
+                    self.pinned_bytes += self._data[key].nbytes
 
     def unpin(self, keys: Iterable[Hashable]) -> None:
         with self._lock:
@@ -229,7 +198,7 @@ class ChunkCache:
                 if n <= 1:
                     self._pins.pop(key, None)
                     if n == 1 and key in self._data:
-                        self.pinned_bytes -= _size(self._data[key])
+                        self.pinned_bytes -= self._data[key].nbytes
                 else:
                     self._pins[key] = n - 1
 
@@ -244,14 +213,9 @@ class ChunkCache:
             return self.bytes_now, self._budget
 
     def keys(self) -> list[Hashable]:
-        """Keys of the decoded tier."""
+        """Keys of both tiers, least recently used first."""
         with self._lock:
-            return [k for k in self._data if not isinstance(k, _Encoded)]
-
-    def encoded_keys(self) -> list[Hashable]:
-        """Keys of the encoded tier (as given to :meth:`put_encoded`)."""
-        with self._lock:
-            return [k.key for k in self._data if isinstance(k, _Encoded)]
+            return list(self._data)
 
     def __len__(self) -> int:
         """Entries of the decoded tier."""

@@ -18,7 +18,7 @@ from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
 from .loop import IOLoop
 from .reads import ReadTable
-from .types import ReadKey
+from .types import ChunkRequest
 
 #: read-ahead hints remembered (not repeated) per process
 ADVISED_MEMORY = 8192
@@ -33,7 +33,7 @@ class ReadAheadMemory:
         self.cache = cache
         self._io = io
         self._lock = threading.Lock()  # the memory below
-        self._advised: collections.OrderedDict[ReadKey, None] = collections.OrderedDict()
+        self._advised: collections.OrderedDict[ChunkRequest, None] = collections.OrderedDict()
 
     def advise(self, source: ChunkSource, indices: Iterable[ChunkIndex]) -> None:
         """Pass a read-ahead hint to ``source`` for chunks not cached and not hinted lately."""
@@ -43,7 +43,7 @@ class ReadAheadMemory:
         fresh = []
         with self._lock:
             for index in indices:
-                key = ReadKey(token, tuple(index))
+                key = ChunkRequest(token, tuple(index))
                 if key in self._advised:
                     continue
                 self._advised[key] = None
@@ -62,11 +62,11 @@ class ReadAheadMemory:
         """How many of the prefetcher's guesses for source ``token`` a reader used so far."""
         return self._table.used_by_token.get(token, 0)
 
-    def guess_unused(self, key: ReadKey) -> bool:
+    def guess_unused(self, key: ChunkRequest) -> bool:
         """Whether the guess ``key`` was read (or is being read) and no reader used it yet."""
         return key in self._table.prefetched
 
-    def recently_consumed(self, key: ReadKey) -> bool:
+    def recently_consumed(self, key: ChunkRequest) -> bool:
         """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
         return key in self._table.taken
 

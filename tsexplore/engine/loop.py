@@ -1,51 +1,55 @@
-"""The event-loop bridge: one asyncio loop on its own thread, and the read threads beside it.
+"""The bridge between threads and event loops: the one module that crosses it.
 
 Like zarr-python's ``core/sync.py``: the engine owns one private loop running on a daemon
 thread (``tsexplore-io``). Other threads hand it coroutines with :meth:`IOLoop.run_coroutine`
 (always with a timeout) or callbacks with :meth:`IOLoop.call_soon`; a blocking call made on
 the loop's own thread is refused (:class:`~tsexplore.errors.WrongThreadError`), since it would
-wait on itself. Blocking reads run on a pool of ``tsexplore-read-*`` threads, the loop's
-default executor, at a lower OS priority than the thread that waits for the data.
+wait on itself. Blocking work runs on a pool of ``tsexplore-read-*`` threads at a lower OS
+priority than the thread that waits for the data: from the loop with :meth:`IOLoop.to_thread`,
+from any thread with :meth:`IOLoop.submit`, and shared between a thread and the read threads
+free meanwhile with :meth:`IOLoop.share`. Coroutines of stores whose sessions live on zarr's
+own loop run there (:meth:`IOLoop.at_home`).
 
-Process-wide effects come from :mod:`tsexplore.config` only: the GIL switch interval
+Process-wide effects come from the engine's settings only: the GIL switch interval
 (``switch_interval``) and the read threads' nice value (``read_nice``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
+import contextvars
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
-from .. import config
+from ..config import Settings
 from ..errors import ReadTimeoutError, WrongThreadError
 
 READ_THREAD_PREFIX = "tsexplore-read"
+T = TypeVar("T")
 
 
-def apply_switch_interval() -> None:
-    """Shorten the GIL switch interval to ``config.switch_interval`` (0 leaves it alone).
+def apply_switch_interval(interval: float) -> None:
+    """Shorten the GIL switch interval to ``interval`` seconds (0 leaves it alone).
 
     Read threads hold the GIL only briefly between C calls; with Python's default 5 ms
     interval each of those hand-offs waits behind a busy main thread.
     """
-    interval = config.get().switch_interval
     if interval > 0 and sys.getswitchinterval() > interval:
         sys.setswitchinterval(interval)
 
 
-def lower_thread_priority() -> None:
-    """Run this thread at ``config.read_nice`` (Linux: the nice value is per thread).
+def lower_thread_priority(nice: int) -> None:
+    """Run this thread at ``nice`` (Linux: the nice value is per thread).
 
     Decoding is throughput work; the reader (a notebook, a training loop) is latency work.
     Elsewhere, or when not permitted, this does nothing.
     """
-    nice = config.get().read_nice
     if nice and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
@@ -64,10 +68,10 @@ class _ThreadFlags(threading.local):
 _this_thread = _ThreadFlags()
 
 
-def _start_read_thread() -> None:
+def _start_read_thread(nice: int) -> None:
     """What each read thread runs first: mark it, lower its priority."""
     _this_thread.reads = True
-    lower_thread_priority()
+    lower_thread_priority(nice)
 
 
 def on_read_thread() -> bool:
@@ -78,9 +82,14 @@ def on_read_thread() -> bool:
 class IOLoop:
     """A private asyncio loop on a daemon thread, with a pool of read threads as its executor."""
 
-    def __init__(self, threads: int, name: str = "tsexplore-io") -> None:
+    def __init__(self, settings: Settings, name: str = "tsexplore-io") -> None:
+        apply_switch_interval(settings.switch_interval)
+        self.threads = settings.io_threads
+        #: threads that can decode at once
+        self.cpus = max(1, min(self.threads, os.cpu_count() or 1))
         self.pool = cf.ThreadPoolExecutor(
-            threads, thread_name_prefix=READ_THREAD_PREFIX, initializer=_start_read_thread
+            self.threads, thread_name_prefix=READ_THREAD_PREFIX, initializer=_start_read_thread,
+            initargs=(settings.read_nice,),
         )
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self.pool)
@@ -104,11 +113,10 @@ class IOLoop:
                 "await source.read_chunk() there instead"
             )
 
-    def run_coroutine(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+    def run_coroutine(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
         """Run ``coro`` on the loop and wait for its result, at most ``timeout`` seconds."""
         self.check_blocking_allowed()
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        timeout = config.get().wait_timeout if timeout is None else timeout
         try:
             return fut.result(timeout)
         except cf.TimeoutError:
@@ -133,6 +141,71 @@ class IOLoop:
             self.pool.submit(fn, *args)
         except RuntimeError:  # the pool shut down meanwhile
             pass
+
+    async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a read thread, awaited on the loop (in a copy of this context)."""
+        run = contextvars.copy_context().run
+        return await self.loop.run_in_executor(self.pool, run, fn, *args)  # type: ignore[arg-type]
+
+    @staticmethod
+    def at_home(home: str | None, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """``coro`` run on the loop it belongs to (``"zarr"``: zarr's own, where zarr stores
+        keep their sessions), awaitable from this one; cancelling the answer cancels it there."""
+        if home is None:
+            return coro
+        from zarr.core.sync import _get_loop
+
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
+
+    def share(self, jobs: list[Any], run: Callable[[Any], T], timeout: float) -> list[T]:
+        """``run(job)`` of each job, in order: this thread and the read threads free
+        meanwhile take jobs in turn until none is left; this thread then waits (at most
+        ``timeout`` seconds) only for the jobs a read thread took, which are running, and
+        raises what one of them raised. A read thread that starts late finds nothing left."""
+        if len(jobs) < 2 or self.closed:
+            return [run(job) for job in jobs]
+        queue = collections.deque(enumerate(jobs))
+        out: list[Any] = [None] * len(jobs)
+        failed: list[BaseException] = []
+        ended = threading.Semaphore(0)
+        lock = threading.Lock()
+        running = 0  # jobs taken and not finished
+
+        def take() -> None:
+            nonlocal running
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    k, job = queue.popleft()
+                    running += 1
+                try:
+                    out[k] = run(job)
+                except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
+                    failed.append(exc)
+                finally:
+                    with lock:
+                        running -= 1
+                    ended.release()
+
+        context = contextvars.copy_context()
+        for _ in range(min(len(jobs), self.threads) - 1):
+            self.submit(lambda: context.copy().run(take))
+        take()
+        deadline = time.monotonic() + timeout
+        while True:
+            with lock:
+                if not running:
+                    break
+            if not ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise ReadTimeoutError(
+                    f"{running} of {len(jobs)} read jobs taken by other read threads did not "
+                    f"finish within {timeout} s; raise tse.config.set(wait_timeout=...) or "
+                    "check the store"
+                )
+        if failed:
+            raise failed[0]
+        return out
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(

@@ -1,25 +1,14 @@
-"""Parts of chunks: requests for only the blosc blocks a thin region needs.
+"""Which request to make for each chunk of a selection: the whole chunk, or a part of it.
 
-A selection plan gives, for each chunk it touches, the chunk-local selection. When the
-source has a part reader (``source.partial_reader()``) and the selection's bounding *box*
-in a chunk needs few of the chunk's blocks (:meth:`BloscParts.worth`: a frame of a deep
-chunk, a few rows, a pixel's profile), the request is for that part, keyed ``ReadKey(token,
-index, box)``, instead of the whole chunk ``ReadKey(token, index)``. Parts are requested
-and counted like chunks, with three differences:
-
-- a part is answered by its whole chunk when that is decoded in the cache;
-- a part read for a reader is not kept (its buffer is recycled once the reader is done); a
-  part of a remote chunk read ahead by the prefetcher is kept until a reader takes it;
-- parts of local chunks a reader waits for are read at once by the reader's own thread and
-  the idle read threads (``Engine._read_now``), not queued in the read table: decoding a
-  few blocks costs less than scheduling them.
-
-The read pipeline (:mod:`.pipeline`) reads them: the stored frame from the cache's encoded
-tier when it is there (no I/O), else the frame's head from the encoded tier and only the
-blocks' byte ranges from the store. What a read fetched (a head; a whole frame from a remote
-store) goes to the encoded tier, so the next frame of the same chunk reads its blocks only, or
-nothing at all. Read-ahead of stored bytes (``ReadKey(token, index, STORED)``) fills the
-encoded tier without decoding.
+A selection plan gives, for each chunk it touches, the chunk-local selection. When the source
+reads parts of chunks from their blosc blocks (``source.blocks``) and the selection's bounding
+*box* in a chunk needs few of the chunk's blocks (``blocks.worth(box)``: a frame of a deep
+chunk, a few rows, a pixel's profile), the request is a :class:`~.types.Blocks` part of the
+chunk instead of the whole chunk. Parts go through the same read table and pipeline as whole
+chunks, with three differences: a part is answered by its whole chunk when that is cached
+(:func:`is_part` tells which came back); a part read for a reader is one-pass (its buffer is
+recycled once the reader is done), a part read ahead by the prefetcher is kept until a reader
+takes it; and the parts of local chunks a reader waits for are read in the reader's own thread.
 """
 
 from __future__ import annotations
@@ -29,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
 from ..sources.base import ChunkSource
 from .planning import SelectionPlan
-from .types import Box, Part
+from .types import Blocks, Box, ChunkRequest
 
 
 def extent(sel: Any) -> tuple[int, int]:
@@ -44,36 +32,27 @@ def extent(sel: Any) -> tuple[int, int]:
     return int(sel[0]), int(sel[-1]) + 1
 
 
-def part_boxes(
-    plan: SelectionPlan, source: ChunkSource, following: bool = False
-) -> list[Part] | None:
-    """Per chunk of ``plan`` (in :meth:`SelectionPlan.chunk_indices` order) the box to read
-    as a part, or None for the whole chunk; None when every chunk is read whole.
+def plan_requests(
+    plan: SelectionPlan, source: ChunkSource, following: bool = False, parts: bool = True
+) -> list[ChunkRequest]:
+    """The request for each chunk of ``plan`` (in :attr:`SelectionPlan.indices` order).
 
     ``following``: the views of ``source`` move along a steady pattern (play, scrub). A local
     chunk is then read and decoded whole, once: the next views need the rest of it, and one
-    whole read costs less than a part read per view (measured: scrub of the benchmark cube,
-    warm page cache, 129 frames/s whole against 71 by parts). A remote store keeps its
-    parts (a round trip per chunk is what counts there; see ``keep_stored``).
+    whole read costs less than a part read per view. A remote store keeps its parts (a round
+    trip per chunk is what counts there; the pipeline keeps the frames it fetches whole).
+    ``parts`` False (``tse.config`` ``partial_decode``): whole chunks only.
     """
-    if not plan.dims or not config.get().partial_decode:
-        return None
-    if following and not source.is_async:
-        return None
-    reader = source.partial_reader()
-    if reader is None:
-        return None
+    token = source.token
+    blocks = source.blocks
+    if blocks is None or not parts or not plan.dims or (following and not source.is_async):
+        return [ChunkRequest(token, index) for index in plan.indices]
     per_dim = [[extent(p[1]) for p in d.pieces] for d in plan.dims]
-    worth = reader.worth
-    out: list[Part] = []
-    found = False
-    for box in itertools.product(*per_dim):
-        if worth(box):
-            out.append(box)
-            found = True
-        else:
-            out.append(None)
-    return out if found else None
+    worth = blocks.worth
+    return [
+        ChunkRequest(token, index, Blocks(box)) if worth(box) else ChunkRequest(token, index)
+        for index, box in zip(plan.indices, itertools.product(*per_dim))
+    ]
 
 
 def shift(local: tuple[Any, ...], box: Box) -> tuple[Any, ...]:
@@ -87,6 +66,7 @@ def shift(local: tuple[Any, ...], box: Box) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def is_part(value: np.ndarray, box: Part) -> bool:
-    """Whether ``value`` answering a request for ``box`` is the part (else: its whole chunk)."""
-    return isinstance(box, tuple) and value.shape == tuple(hi - lo for lo, hi in box)
+def is_part(value: np.ndarray, request: ChunkRequest) -> bool:
+    """Whether ``value`` answering ``request`` is its part (else: the whole chunk)."""
+    box = request.box
+    return box is not None and value.shape == tuple(hi - lo for lo, hi in box)

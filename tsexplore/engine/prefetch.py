@@ -40,9 +40,9 @@ from ..sources.base import ChunkIndex, ChunkSource
 from .cache import ChunkCache
 from .guesses import Guesses
 from .hints import ReadAheadMemory
-from .parts import part_boxes
+from .parts import plan_requests
 from .planning import SelectionPlan, memo_key, normalize_key, plan_selection
-from .types import STORED, Part, Priority, ReadKey
+from .types import STORED, WHOLE, ChunkRequest, Priority
 
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
 #: and a whole view's worth (or slab's) after one more
@@ -67,23 +67,20 @@ class PrefetchHost(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def key(self, source: ChunkSource, index: ChunkIndex) -> ReadKey: ...
-
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
 
     def call_soon(self, fn: Any, *args: Any) -> None: ...
 
     hints: ReadAheadMemory
 
-    def request(
+    def submit(
         self,
         source: ChunkSource,
-        indices: Iterable[ChunkIndex],
+        requests: list[ChunkRequest],
         priority: Priority = ...,
         *,
         channel: str | None = ...,
         generation: int | None = ...,
-        boxes: list[Part] | None = ...,
         skip_taken: bool = ...,
     ) -> list[Any]: ...
 
@@ -277,7 +274,7 @@ class Prefetcher:
         self._generation = itertools.count()
         self._guesses: dict[tuple[str, str], Guesses] = {}
         #: per source, the plans of views read ahead lately (a view is planned once)
-        self._plans: dict[str, collections.OrderedDict[Any, tuple[list, list]]] = {}
+        self._plans: dict[str, collections.OrderedDict[Any, list[ChunkRequest]]] = {}
         self.last_policy: dict[str, str] = {}
         #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
         self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any, float]] = []
@@ -404,9 +401,10 @@ class Prefetcher:
         mode, targets, views, steady = found
         track = self.guesses(source, str(mode[0]))
         room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
-        keys, indices, boxes = self._select(source, track, targets, views, one_pass, room)
+        keys = self._select(source, track, targets, views, one_pass, room)
         if not keys:
             return []
+        indices = [k.index for k in keys]
         with self._lock:
             if self._mode.get(source.token) != mode:
                 self._mode[source.token] = mode
@@ -419,9 +417,9 @@ class Prefetcher:
         elif not source.is_async:  # local files: this slab's and the next's, to the page cache
             here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
             engine.hints.advise(source, here + targets[: len(here)])
-        engine.request(
-            source, indices, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
-            generation=gen, boxes=boxes if views is not None else None, skip_taken=one_pass,
+        engine.submit(
+            source, keys, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
+            generation=gen, skip_taken=one_pass,
         )
         return indices
 
@@ -432,8 +430,8 @@ class Prefetcher:
         history: list[Observation],
         plan: SelectionPlan,
         key: tuple[object, ...] | None,
-    ) -> tuple[tuple[object, ...], list[ChunkIndex], list[tuple[list, list]] | None, int] | None:
-        """What the pattern predicts: ``(mode, chunk targets, views as (indices, boxes) or
+    ) -> tuple[tuple[object, ...], list[ChunkIndex], list[list[ChunkRequest]] | None, int] | None:
+        """What the pattern predicts: ``(mode, chunk targets, views as their requests or
         None, the guesses a steady pattern may always make)``, or None."""
         grid = source.grid_shape
         obs = history[-1]
@@ -448,7 +446,8 @@ class Prefetcher:
                 run = steady_steps(history)
                 steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
-                if key is not None and part_boxes(plan, source, following=True) is not None:
+                if key is not None and source.is_async and any(
+                        r.part is not WHOLE for r in plan_requests(plan, source, True)):
                     views = self._views(source, key, history, axis, slab_latency)
                 if targets or views:
                     return ("momentum", axis, direction), targets, views, steady
@@ -470,9 +469,9 @@ class Prefetcher:
         history: list[Observation],
         axis: int,
         latency: float,
-    ) -> list[tuple[list, list]]:
-        """The next views along ``axis`` as ``(indices, boxes)``, as many as the velocity
-        needs over ``2 x latency + 0.1 s`` (at least one, at most ``max_views``)."""
+    ) -> list[list[ChunkRequest]]:
+        """The next views along ``axis`` as their requests, as many as the velocity needs
+        over ``2 x latency + 0.1 s`` (at least one, at most ``max_views``)."""
         step = history[-1].lo[axis] - history[-2].lo[axis]
         dt = max(history[-1].time - history[-2].time, 1e-3)
         n = max(1, min(self.max_views, math.ceil((2 * latency + 0.1) / dt)))
@@ -482,9 +481,7 @@ class Prefetcher:
             name = memo_key(moved)
             found = memo.get(name) if name is not None else None
             if found is None:
-                plan = plan_selection(moved, source.shape, source.chunks)
-                indices = list(plan.chunk_indices())
-                found = (indices, part_boxes(plan, source) or [None] * len(indices))
+                found = plan_requests(plan_selection(moved, source.shape, source.chunks), source)
                 if name is not None:
                     memo[name] = found
                     if len(memo) > 4 * self.max_views:
@@ -497,31 +494,30 @@ class Prefetcher:
         source: ChunkSource,
         track: Guesses,
         targets: list[ChunkIndex],
-        views: list[tuple[list, list]] | None,
+        views: list[list[ChunkRequest]] | None,
         one_pass: bool,
         room: int,
-    ) -> tuple[list[ReadKey], list[ChunkIndex], list[Part]]:
+    ) -> list[ChunkRequest]:
         """The guesses to make now: at most ``room``, none cached or already guessed."""
         engine, cache = self._engine, self._engine.cache
         token = source.token
         if views is None:
-            wanted: list[tuple[ChunkIndex, Part]] = [(t, None) for t in targets]
-        else:  # the next views as parts; the slabs ahead only as stored bytes (remote)
-            wanted = [pair for indices, boxes in views for pair in zip(indices, boxes)]
+            named = [ChunkRequest(token, tuple(t)) for t in targets]
+        else:  # the next views (as parts); the slabs ahead only as stored bytes (remote)
+            named = [r for view in views for r in view]
             if source.is_async:
-                wanted += [(t, STORED) for t in targets if not cache.has_encoded(ReadKey(token, t, STORED))]
-        named = [ReadKey(token, tuple(i), part) for i, part in wanted]
+                named += [r for r in (ChunkRequest(token, tuple(t), STORED) for t in targets) if r not in cache]
         fresh = set(track.fresh(named))  # not guessed already (one lock)
-        keys: list[ReadKey] = []
+        keys: list[ChunkRequest] = []
         for key in named:
             if len(keys) >= room:
                 break
             if key not in fresh:
                 continue
             whole = key.whole
-            if whole in cache or (key.part is not None and key in cache):
+            if whole in cache or (key.part is not WHOLE and key in cache):
                 continue
             if one_pass and engine.hints.recently_consumed(whole):
                 continue
             keys.append(key)
-        return keys, [k.index for k in keys], [k.part for k in keys]
+        return keys

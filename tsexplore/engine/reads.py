@@ -1,18 +1,21 @@
-"""The read table: chunk reads queued or running, de-duplicated, in priority order.
+"""The read table: every read queued or running, de-duplicated, in priority order.
 
-One :class:`Read` per chunk key in flight. A request for a chunk already queued or running
+One :class:`Read` per request in flight (a whole chunk, a part of one, its stored bytes). A request for a chunk already queued or running
 *joins* that read (it may raise its priority); otherwise a new read is queued on a heap
 ordered by (priority, arrival). Each read remembers who waits for it: ``(channel,
 generation)`` owners and anonymous waiters. When a channel moves to a newer generation, queued
 reads that only its older generations wanted are cancelled (PLANNED reads never are).
 Everything here runs under one lock and does no I/O.
 
-Batches: a source whose reads are cheaper together (``source.coalesces``: inner chunks of
-one shard, fetched by one ranged read) gives each read a ``coalesce_key``. When a read is
+Reads take slots in *lanes*: the read threads (``"sync"``), or an asynchronous store's link,
+each with its own limit. Batches: a source whose reads are cheaper together (inner chunks of
+one shard, byte ranges of one object) gives each whole read a ``batch_key``. When a read is
 taken to run, the queued reads with the same key and the same priority ride along with it
-(up to ``source.max_batch``) as its *companions*: they hold no slot of their own (the
-batch is one read in flight), keep their own futures and owners, and are checked one by
-one. De-duplication, generations and cancellation see them as ordinary reads until then.
+(up to ``source.max_batch``) as its *companions*: they hold no slot of their own (the batch is
+one read in flight), keep their own futures and owners, and are settled one by one. A reader
+may *claim* reads it queued to run them itself (:meth:`ReadTable.claim`): they leave the heap
+and hold no slot. De-duplication, generations and cancellation see all of them as ordinary
+reads until they run.
 """
 
 from __future__ import annotations
@@ -28,26 +31,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestCancelledError
-from ..sources.base import ChunkIndex, ChunkSource
-from .types import Priority, ReadKey
+from ..sources.base import ChunkSource
+from .types import WHOLE, ChunkIndex, ChunkRequest, Owner, Priority
 
-KINDS = ("sync", "async")
 #: seconds the prefetch runs at full speed after a reader caught up with it
 CATCH_UP_SECONDS = 2.0
 #: chunks taken by one-pass readers that the table remembers (guesses of them are refused)
 TAKEN_MEMORY = 4096
 
-Owner = tuple[str, int]
-
-
 @dataclass(eq=False)
 class Read:
-    """One chunk read, queued or running, and who waits for it."""
+    """One read, queued or running, and who waits for it."""
 
-    key: ReadKey
+    key: ChunkRequest
     source: ChunkSource
     index: ChunkIndex
     priority: Priority
+    lane: Hashable = "sync"  # where it takes its slot (see the module docstring)
     future: cf.Future = field(default_factory=cf.Future)
     owners: set[Owner] = field(default_factory=set)
     anonymous: int = 0  # requests without a channel: someone waits, never cancelled
@@ -56,12 +56,8 @@ class Read:
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
     group: Hashable | None = None  # reads with the same group may run as one batch
-    companion: bool = False  # rides in another read's batch (holds no slot)
+    companion: bool = False  # rides in another read's batch, or claimed (holds no slot)
     visible: bool = False  # counted in ReadTable.visible (VISIBLE now; priorities only rise)
-
-    @property
-    def kind(self) -> str:
-        return "async" if self.source.is_async else "sync"
 
 
 @dataclass(slots=True)
@@ -91,24 +87,24 @@ class ReadTable:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._reads: dict[ReadKey, Read] = {}
-        #: queued reads by kind, each a heap ordered by (priority, arrival)
-        self._heaps: dict[str, list[tuple[int, int, Read]]] = {k: [] for k in KINDS}
+        self._reads: dict[ChunkRequest, Read] = {}
+        #: queued reads by lane, each a heap ordered by (priority, arrival)
+        self._heaps: dict[Hashable, list[tuple[int, int, Read]]] = collections.defaultdict(list)
         self._seq = itertools.count()
         self._generations: dict[str, int] = {}
         #: queued reads by (source token, coalesce key), for batches
         self._groups: dict[tuple[str, Hashable], list[Read]] = {}
         #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
-        self.prefetched: set[ReadKey] = set()
+        self.prefetched: set[ChunkRequest] = set()
         #: per source token, how many of its prefetched chunks a reader used
         self.used_by_token: dict[str, int] = {}
         #: chunks one-pass readers asked for lately (they will not ask again), oldest first
-        self.taken: collections.OrderedDict[ReadKey, None] = collections.OrderedDict()
-        #: reads running (read slots taken), per kind; of them, guesses
-        self.running = dict.fromkeys(KINDS, 0)
-        self.spec_running = dict.fromkeys(KINDS, 0)
-        #: VISIBLE reads queued or running, per kind (lower priorities wait for them)
-        self.visible = dict.fromkeys(KINDS, 0)
+        self.taken: collections.OrderedDict[ChunkRequest, None] = collections.OrderedDict()
+        #: reads running (read slots taken), per lane; of them, guesses
+        self.running: collections.Counter[Hashable] = collections.Counter()
+        self.spec_running: collections.Counter[Hashable] = collections.Counter()
+        #: VISIBLE reads queued or running, per lane (lower priorities wait for them)
+        self.visible: collections.Counter[Hashable] = collections.Counter()
         #: called (outside the lock) when a VISIBLE read ends: background streams look again
         self.on_visible_end: Callable[[], None] | None = None
         #: until then the reader is catching up with the prefetch (it may run at full speed)
@@ -160,7 +156,7 @@ class ReadTable:
         self._unvisible_locked(read)
         del self._reads[read.key]
         if read.group is not None:
-            gkey = (read.key.token, read.group)
+            gkey = (read.key.array, read.group)
             members = [r for r in self._groups.get(gkey, ()) if r is not read]
             if members:
                 self._groups[gkey] = members
@@ -173,7 +169,7 @@ class ReadTable:
             pass
 
     # -- admitting requests ------------------------------------------------------------------
-    def note_taken(self, keys: Iterable[ReadKey]) -> None:
+    def note_taken(self, keys: Iterable[ChunkRequest]) -> None:
         """One-pass readers asked for ``keys``: guesses of them are refused from now on (see
         :meth:`admit`; noted before the reader's cached chunks leave the cache)."""
         with self.lock:
@@ -187,14 +183,15 @@ class ReadTable:
     def admit(
         self,
         source: ChunkSource,
-        keys: list[ReadKey],
+        lane: Hashable,
+        keys: list[ChunkRequest],
         priority: Priority,
         owner: Owner | None,
         cache: bool,
         tally: Tally,
-        cached: Callable[[ReadKey], Any] | None = None,
+        cached: Callable[[ChunkRequest], Any] | None = None,
         skip_taken: bool = False,
-    ) -> dict[ReadKey, Any]:
+    ) -> dict[ChunkRequest, Any]:
         """The read of each key: joined when in flight, else queued anew.
 
         ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
@@ -205,7 +202,7 @@ class ReadTable:
         admission, so no guess re-reads a chunk a one-pass reader has had.
         """
         waiting = priority is not Priority.SPECULATIVE
-        reads: dict[ReadKey, Any] = {}
+        reads: dict[ChunkRequest, Any] = {}
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
@@ -218,7 +215,7 @@ class ReadTable:
                     if value is not None:
                         reads[key] = value
                         continue
-                    read = self._queue_locked(source, key, priority, cache, tally)
+                    read = self._queue_locked(source, lane, key, priority, cache, tally)
                 if owner is not None:
                     read.owners.add(owner)
                 elif waiting:
@@ -226,7 +223,7 @@ class ReadTable:
                 reads[key] = read
         return reads
 
-    def _join_locked(self, read: Read, key: ReadKey, priority: Priority, cache: bool, tally: Tally) -> None:
+    def _join_locked(self, read: Read, key: ChunkRequest, priority: Priority, cache: bool, tally: Tally) -> None:
         if priority is not Priority.SPECULATIVE:  # (the prefetcher asking again changes nothing)
             if cache:
                 read.keep, read.prefetch_only = True, False
@@ -243,21 +240,22 @@ class ReadTable:
             read.priority = priority
             self._count_visible_locked(read)
             if read.state == "queued":
-                heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
+                heapq.heappush(self._heaps[read.lane], (int(priority), next(self._seq), read))
 
     def _queue_locked(
-        self, source: ChunkSource, key: ReadKey, priority: Priority, cache: bool, tally: Tally
+        self, source: ChunkSource, lane: Hashable, key: ChunkRequest, priority: Priority, cache: bool,
+        tally: Tally,
     ) -> Read:
-        read = Read(key, source, key.index, priority)
+        read = Read(key, source, key.index, priority, lane)
         read.keep = cache
         read.prefetch_only = priority is Priority.SPECULATIVE
-        if source.coalesces and key.part is None:  # whole chunks: parts, stored bytes run alone
-            read.group = source.coalesce_key(read.index)
+        if source.max_batch > 1 and key.part is WHOLE:  # parts and stored bytes run alone
+            read.group = source.batch_key(read.index)
             if read.group is not None:
-                self._groups.setdefault((key.token, read.group), []).append(read)
+                self._groups.setdefault((key.array, read.group), []).append(read)
         self._reads[key] = read
         self._count_visible_locked(read)
-        heapq.heappush(self._heaps[read.kind], (int(priority), next(self._seq), read))
+        heapq.heappush(self._heaps[lane], (int(priority), next(self._seq), read))
         tally.new += 1
         if priority is Priority.VISIBLE:
             tally.misses += 1
@@ -271,27 +269,27 @@ class ReadTable:
     def _count_visible_locked(self, read: Read) -> None:
         if read.priority is Priority.VISIBLE and not read.visible:
             read.visible = True
-            self.visible[read.kind] += 1
+            self.visible[read.lane] += 1
 
     def _unvisible_locked(self, read: Read) -> bool:
         """Stop counting ``read`` as VISIBLE; returns whether it was."""
         if not read.visible:
             return False
         read.visible = False
-        self.visible[read.kind] -= 1
+        self.visible[read.lane] -= 1
         return True
 
     def visible_active(self) -> bool:
         """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
         return any(self.visible.values())
 
-    def get(self, key: ReadKey) -> Read | None:
+    def get(self, key: ChunkRequest) -> Read | None:
         """The read of ``key`` queued or running, or None."""
         with self.lock:
             read = self._reads.get(key)
             return read if read is not None and read.state in ("queued", "running") else None
 
-    def take_prefetched(self, key: ReadKey) -> bool:
+    def take_prefetched(self, key: ChunkRequest) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
         if key not in self.prefetched:
             return False
@@ -302,12 +300,12 @@ class ReadTable:
             self._used_locked(key)
             return True
 
-    def _used_locked(self, key: ReadKey) -> None:
-        token = key.token
+    def _used_locked(self, key: ChunkRequest) -> None:
+        token = key.array
         self.used_by_token[token] = self.used_by_token.get(token, 0) + 1
 
     # -- dispatch ----------------------------------------------------------------------------
-    def take_runnable(self, limit: dict[str, int], spec_limit: dict[str, int],
+    def take_runnable(self, limit: Callable[[Hashable], int], spec_limit: Callable[[Hashable], int],
                       hold_below_visible: bool = True) -> list[list[Read]]:
         """Pop the reads that may start now (highest priority first) and mark them running;
         each comes with its companions (see the module docstring): a list of batches.
@@ -318,23 +316,26 @@ class ReadTable:
         out: list[list[Read]] = []
         running, spec_running = self.running, self.spec_running
         with self.lock:
-            for kind, heap in self._heaps.items():
-                while heap and running[kind] < limit[kind]:
+            for lane, heap in self._heaps.items():
+                if not heap:
+                    continue
+                most, spec_most = limit(lane), spec_limit(lane)
+                while heap and running[lane] < most:
                     prio, _, read = heap[0]
                     if read.state != "queued" or prio != int(read.priority):
                         heapq.heappop(heap)  # cancelled, or queued again at a higher priority
                         continue
-                    if hold_below_visible and read.priority is not Priority.VISIBLE and self.visible[kind]:
+                    if hold_below_visible and read.priority is not Priority.VISIBLE and self.visible[lane]:
                         break  # the heap is ordered: VISIBLE reads are running, the rest waits
                     speculative = read.priority is Priority.SPECULATIVE
-                    if speculative and spec_running[kind] >= spec_limit[kind]:
+                    if speculative and spec_running[lane] >= spec_most:
                         break  # the heap is ordered: only prefetch reads remain
                     heapq.heappop(heap)
                     read.state = "running"
-                    running[kind] += 1
+                    running[lane] += 1
                     if speculative:
                         read.speculative_slot = True
-                        spec_running[kind] += 1
+                        spec_running[lane] += 1
                     out.append(self._batch_locked(read))
         return out
 
@@ -342,7 +343,7 @@ class ReadTable:
         """``head`` and the queued reads of its group and priority that ride along."""
         if head.group is None:
             return [head]
-        gkey = (head.key.token, head.group)
+        gkey = (head.key.array, head.group)
         members = self._groups.get(gkey, ())
         batch = [head]
         room = max(1, head.source.max_batch) - 1
@@ -363,18 +364,37 @@ class ReadTable:
             self._groups.pop(gkey, None)
         return batch
 
+    def claim(self, reads: Iterable[Read]) -> list[Read]:
+        """Take queued ``reads`` to run in the caller's thread: those still queued are
+        running from now on, without a slot (returned); the others are running elsewhere."""
+        out = []
+        with self.lock:
+            for read in reads:
+                if read.state == "queued":
+                    read.state = "running"
+                    read.companion = True
+                    out.append(read)
+                    if read.group is not None:
+                        gkey = (read.key.array, read.group)
+                        members = [r for r in self._groups.get(gkey, ()) if r is not read]
+                        if members:
+                            self._groups[gkey] = members
+                        else:
+                            self._groups.pop(gkey, None)
+        return out
+
     def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
         """A running read ended: free its slot (a companion has none), forget it, and hand
         its waiters ``result`` or ``exc`` (from any thread; a future the closing engine
         already failed stays failed). The last VISIBLE read of its kind to end lets the held
         background reads start (``on_visible_end``)."""
-        kind = read.kind
+        lane = read.lane
         with self.lock:
-            ended = self._unvisible_locked(read) and not self.visible[kind]
+            ended = self._unvisible_locked(read) and not self.visible[lane]
             if not read.companion:
-                self.running[kind] -= 1
+                self.running[lane] -= 1
                 if read.speculative_slot:
-                    self.spec_running[kind] -= 1
+                    self.spec_running[lane] -= 1
                     read.speculative_slot = False
             if self._reads.get(read.key) is read:
                 del self._reads[read.key]
@@ -398,7 +418,7 @@ class ReadTable:
                     counts[read.priority.name.lower()] += 1
         return counts
 
-    def in_flight_keys(self) -> set[ReadKey]:
+    def in_flight_keys(self) -> set[ChunkRequest]:
         with self.lock:
             return {k for k, r in self._reads.items() if r.state in ("queued", "running")}
 
@@ -414,5 +434,5 @@ class ReadTable:
             for heap in self._heaps.values():
                 heap.clear()
             self._groups.clear()
-            self.visible = dict.fromkeys(KINDS, 0)
+            self.visible.clear()
         return reads

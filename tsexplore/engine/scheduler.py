@@ -1,19 +1,17 @@
-"""The engine: the cache, the read table, the read pipeline, the I/O loop and the prefetcher.
+"""The engine: the cache, the read table, the pipeline's drivers, the I/O loop, the prefetcher.
 
-Requests carry a :class:`Priority`. Reads of the same chunk are de-duplicated: a second
-request for a chunk in flight *joins* the first read. A request may name a ``channel`` (a
-view, a loader) and a ``generation``; when a channel moves to a newer generation (a request
-with it, or :meth:`Engine.cancel`), queued reads that only older generations of that channel
-wanted are cancelled before they start. Reads already running finish and fill the cache (a
-thread cannot be interrupted safely).
+Every read is a :class:`~.types.ChunkRequest` admitted to the read table (:mod:`.reads`) with
+a :class:`Priority`: de-duplicated (a second request for a read in flight *joins* it),
+cancellable while queued by a newer generation of its channel (a view, a loader), counted,
+and -- when it ends -- kept in the cache unless every request for it was one-pass. Reads run
+through one pipeline (:mod:`.execute`), driven either by a task on the I/O loop (reads the
+table dispatches: the read threads' lane for blocking sources, a store's lane for remote
+ones, each with its own concurrency, :mod:`~tsexplore.sources.link`) or by the reader's own
+thread (parts of local chunks it waits for: it claims them from the table and decodes them
+with the read threads free meanwhile; nested reads on a read thread).
 
-Concurrency adapts to the measured latency of reads: blocking sources use the read threads
-(``io_threads`` at once), asynchronous (network) sources keep more reads in flight when each
-read takes longer, up to 128, and no more than about twice what the link carries (the
-measured bandwidth-delay product, :mod:`.link`). The parts live in their own modules: :mod:`.loop`
-(the event-loop bridge), :mod:`.reads` (the read table), :mod:`.pipeline` (the one read path:
-fetch, check, record); :meth:`Engine.fetch` and :meth:`Engine.stream` wait for reads from an
-ordinary thread (:func:`~.blocking.wait_all`, always with a timeout); the process-wide engine
+:meth:`Engine.fetch` and :meth:`Engine.stream` wait for reads from an ordinary thread
+(:func:`~.blocking.wait_all`, always with a timeout); the process-wide engine
 (:func:`get_engine`) is at the end of this module.
 """
 
@@ -25,7 +23,7 @@ import concurrent.futures as cf
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,19 +31,23 @@ import numpy as np
 from .. import config
 from ..errors import EngineClosedError, RequestCancelledError
 from ..sources import buffers, close_async_resources
-from ..sources.base import ChunkIndex, ChunkSource, share
+from ..sources.base import ChunkSource
 from .absent import AbsentChunks
 from .activity import VisibleActivity
 from .blocking import wait_all
 from .cache import ChunkCache
+from .context import EngineContext
+from .execute import Job, Services, execute, run_here, run_on_loop
 from .hints import ReadAheadMemory
 from .lookahead import look_ahead
-from .loop import IOLoop, apply_switch_interval, on_read_thread
-from .pipeline import ReadPipeline
+from .loop import IOLoop, on_read_thread
 from .prefetch import Prefetcher
-from .reads import CATCH_UP_SECONDS, KINDS, Read, ReadTable, Tally
+from .reads import CATCH_UP_SECONDS, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
-from .types import Part, Priority, ReadKey
+from .types import WHOLE, ChunkIndex, ChunkRequest, Priority
+
+#: the recycled buffers may hold at most this share of the budget, and this much at most
+POOL_SHARE, POOL_MOST, POOL_LEAST = 8, 512 << 20, 64 << 20
 
 
 class Engine:
@@ -55,41 +57,43 @@ class Engine:
         """``cache_bytes``: this engine's own budget; by default it follows the process's
         ``tse.config`` ``cache_bytes`` (resized live when that changes)."""
         settings = config.get()
-        apply_switch_interval()
+        self.stats = Stats()
+        self.context = EngineContext(settings, self.stats.count, self._nested)
+        self._own_budget = cache_bytes is not None
         self.cache = ChunkCache(settings.cache_bytes if cache_bytes is None else cache_bytes)
-        self._unwatch: Callable[[], None] = lambda: None
         self._room_before: Callable[[], int] | None = None
         if cache_bytes is None:  # the process's engine: the recycled buffers share its budget
             self.cache.outside = buffers.trim
             self._room_before = buffers.limit_by(self._pool_room)
-            self._unwatch = config.watch(self._settings_changed)
-            self._settings_changed(config.get())  # a change made while this one started
-        self.stats = Stats()
         self._table = ReadTable()
         #: views busy making a frame; background streams pause for it (see .activity)
-        self.activity = VisibleActivity(self._table.visible_active)
+        self.activity = VisibleActivity(self._table.visible_active, settings=lambda: self.context.settings)
         self._table.on_visible_end = self.activity.notify
         #: chunks read as fill values because the store lacks them (the chunk map shows them)
         self.absent = AbsentChunks()
         self._ev_seen = 0
         self._closed = False
-        self._io_threads = settings.io_threads
-        self._io = IOLoop(self._io_threads)
-        self._pipeline = ReadPipeline(
-            self.stats, self.absent, self.cache, self._table, self._io.run_coroutine,
-            following=lambda source: self.prefetcher.following(source), helper=self._io.submit,
+        self._io = IOLoop(settings)
+        self.services = Services(
+            self.cache, self.stats, self.absent, self.context, used=self._table.take_prefetched,
+            following=lambda source: self.prefetcher.following(source),
         )
         #: read-ahead hints, what one-pass readers took, what became of the guesses
         self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
+        self._unwatch = config.watch(self._settings_changed)
+        self._settings_changed(config.get())  # a change made while this one started
 
     def _pool_room(self) -> int:
-        """What the cache leaves of the budget: the most the recycled buffers may hold (read
-        without the cache's lock: a finalizer asks it)."""
-        return self.cache.budget - self.cache.bytes_now
+        """What the cache leaves of the budget for the recycled buffers (read without the
+        cache's lock: a finalizer asks it)."""
+        budget = self.cache.budget
+        share = min(POOL_MOST, max(POOL_LEAST, budget // POOL_SHARE))
+        return min(share, budget - self.cache.bytes_now)
 
     def _settings_changed(self, settings: config.Settings) -> None:
-        if settings.cache_bytes != self.cache.budget:
+        self.context.update(settings)
+        if not self._own_budget and settings.cache_bytes != self.cache.budget:
             self.cache.resize(settings.cache_bytes)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -104,7 +108,7 @@ class Engine:
     def run_coroutine(self, coro: Any, timeout: float | None = None) -> Any:
         """Run ``coro`` on the I/O loop and wait for it (with a timeout) from another thread."""
         self._check_open()
-        return self._io.run_coroutine(coro, timeout)
+        return self._io.run_coroutine(coro, self._timeout(timeout))
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the engine's I/O thread (work the caller need not wait for)."""
@@ -114,151 +118,127 @@ class Engine:
         if self._closed:
             raise EngineClosedError("the tsexplore engine is closed; call tse.open_dataset again")
 
+    def _timeout(self, timeout: float | None) -> float:
+        return self.context.settings.wait_timeout if timeout is None else timeout
+
     def check_blocking_allowed(self) -> None:
         """Raise unless a blocking read may run here: the engine is open, not its I/O thread."""
         self._check_open()
         self._io.check_blocking_allowed()
 
     # -- requests ----------------------------------------------------------------------------
-    def key(self, source: ChunkSource, index: ChunkIndex) -> ReadKey:
+    def key(self, source: ChunkSource, index: ChunkIndex) -> ChunkRequest:
         """The request (and cache key) of the whole chunk ``index`` of ``source``."""
-        return ReadKey(source.token, tuple(int(i) for i in index))
+        return ChunkRequest(source.token, tuple(int(i) for i in index))
 
     def request(
         self, source: ChunkSource, indices: Iterable[ChunkIndex], priority: Priority = Priority.VISIBLE,
         **options: Any,
     ) -> list[cf.Future]:
-        """Ask for chunks; returns one future per index, resolved with the decoded chunk.
+        """Ask for whole chunks; one future per index, resolved with the decoded chunk.
+        Cached chunks come back as finished futures (a *hit*). ``options``: :meth:`submit`'s."""
+        token = source.token
+        requests = [ChunkRequest(token, tuple(index)) for index in indices]
+        return [item if isinstance(item, cf.Future) else _done(item)
+                for item in self.submit(source, requests, priority, **options)]
 
-        Cached chunks come back as finished futures (a *hit*). ``options`` are those of
-        :meth:`request_mixed` (``channel``, ``generation``, ``cache``, ``boxes``, ``skip_taken``).
-        """
-        return [
-            item if isinstance(item, cf.Future) else _done(item)
-            for item in self.request_mixed(source, indices, priority, **options)
-        ]
-
-    def request_mixed(
+    def submit(
         self,
         source: ChunkSource,
-        indices: Iterable[ChunkIndex],
+        requests: Sequence[ChunkRequest],
         priority: Priority = Priority.VISIBLE,
         *,
         channel: str | None = None,
         generation: int | None = None,
-        cache: bool = True,
-        boxes: list[Part] | None = None,
+        keep: bool = True,
         skip_taken: bool = False,
     ) -> list[np.ndarray | cf.Future]:
-        """Ask for chunks: per index its cached array (a *hit*), or a future resolved with
-        the decoded chunk (see :meth:`request`).
+        """Ask for reads: per request its cached value (a *hit*), or a future resolved with it.
 
-        With ``channel`` and ``generation``, a newer generation of the same channel cancels
-        queued reads that only older generations wanted (their futures raise
-        :class:`RequestCancelledError`). ``cache=False`` marks new reads as one-pass: the chunk goes to the caller but is not
-        kept (unless another request wants it kept), so a scan does not fill the cache with
-        chunks nobody reads again -- and reuses freed memory instead of faulting in new pages.
-        ``skip_taken`` (SPECULATIVE guesses for a one-pass reader): chunks one-pass readers
-        have asked for are not read again (their futures raise
-        :class:`~tsexplore.errors.RequestCancelledError`).
-
-        ``boxes`` (one per index, from :func:`~.parts.part_boxes`): a box asks for only that
-        part of the chunk (its values come back box-shaped, or as the whole chunk when that is
-        cached: see :func:`~.parts.is_part`). Parts a reader asks for are one-pass; parts the
-        prefetcher asks for are kept until a reader takes them.
+        A :class:`~.types.Blocks` request is answered by the whole chunk when that is cached
+        (check with :func:`~.parts.is_part`). With ``channel`` and ``generation``, a newer
+        generation of the same channel cancels queued reads that only older generations
+        wanted (their futures raise :class:`RequestCancelledError`). ``keep=False`` marks new
+        reads as one-pass: the value goes to the caller but is not kept (unless another
+        request wants it kept), so a scan does not fill the cache with chunks nobody reads
+        again. ``skip_taken`` (SPECULATIVE guesses for a one-pass reader): chunks one-pass
+        readers have had are not read again (their futures raise RequestCancelledError).
+        Parts a reader asks for are one-pass; parts the prefetcher asks for are kept until a
+        reader takes them. Parts of local chunks a reader waits for are read in its thread.
         """
         self._check_open()
-        token = source.token
-        keys = [ReadKey(token, tuple(index)) for index in indices]
+        keys = list(requests)
         owner = None
         if channel is not None:
             owner, cancelled = self._table.owner(channel, generation)
             if cancelled:
                 self._cancelled(cancelled)
-        found = self.cache.get_many(keys)
-        if boxes is not None:
-            self._part_keys(keys, found, boxes)
+        found = self._look_up(keys)
         waiting = priority is not Priority.SPECULATIVE
-        if waiting and not cache:  # before its cached chunks leave the cache (see _answer)
-            self._table.note_taken(keys)
+        if waiting and not keep:  # before its cached chunks leave the cache (see _answer)
+            self._table.note_taken([k for k in keys if k.part is WHOLE])
         tally = Tally()
         missing = [k for k, v in zip(keys, found) if v is None]
-        reads: dict[ReadKey, Any] = {}
+        reads: dict[ChunkRequest, Any] = {}
         if missing:
-            whole = [k for k in missing if k.part is None]
-            parts = [k for k in missing if k.part is not None]
+            lane = self.context.lane(source)
             get, table = self.cache.get, self._table
+            parts = [k for k in missing if k.part is not WHOLE]
+            whole = [k for k in missing if k.part is WHOLE]
             if whole:
-                reads.update(table.admit(source, whole, priority, owner, cache, tally, get, skip_taken))
-            if parts and waiting and not source.is_async:  # local parts: read now, here
-                reads.update(self._read_now(source, parts))
-                if priority is Priority.VISIBLE:
-                    tally.misses += len(parts)
-            elif parts:  # kept only when read ahead
-                keep = not waiting
-                reads.update(table.admit(source, parts, priority, owner, keep, tally, get, skip_taken))
+                reads.update(table.admit(source, lane, whole, priority, owner, keep, tally, get, skip_taken))
+            if parts:  # a reader's parts are one-pass; the prefetcher's are kept
+                reads.update(table.admit(source, lane, parts, priority, owner, not waiting, tally, get, skip_taken))
             for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
                 value = reads.get(key)
-                if found[i] is None and value is not None and not isinstance(value, (Read, cf.Future)):
+                if found[i] is None and value is not None and not isinstance(value, Read):
                     found[i] = value
-        out = self._answer(keys, found, reads, priority, cache, tally)
+            if parts and waiting and not source.is_async:  # local parts: read now, here
+                self._read_here(source, [reads[k] for k in parts if isinstance(reads.get(k), Read)])
+        out = self._answer(keys, found, reads, priority, keep, tally)
         self.stats.add(tally.items())
         if tally.new or tally.joined:
             self._io.call_soon(self._dispatch)
         return out
 
-    def _read_now(self, source: ChunkSource, keys: list[ReadKey]) -> dict[ReadKey, cf.Future]:
-        """Read parts of local chunks that a reader waits for, now: the calling thread and the
-        idle read threads take groups of them in turn until none is left
-        (:func:`~tsexplore.sources.base.share`); per key a done future.
+    def _look_up(self, keys: list[ChunkRequest]) -> list[Any]:
+        """Cached values of ``keys``; a part is answered by its whole chunk when that is
+        cached (``keys`` keeps the part)."""
+        wholes = [k if k.part is WHOLE else k.whole for k in keys]
+        found = self.cache.get_many(wholes)
+        at = [i for i, (k, v) in enumerate(zip(keys, found)) if v is None and k.part is not WHOLE]
+        if at:
+            for i, value in zip(at, self.cache.get_many([keys[i] for i in at])):
+                found[i] = value
+        return found
 
-        A part is a few blosc blocks: queueing it in the read table, dispatching it on the
-        loop and handing it over to the reader cost about as much as decoding it (measured,
-        every frame of the benchmark cube read by parts, warm page cache: 58 frames/s through
-        the table, 100-108 read here; 0.9 ms of a read thread's CPU per part through the
-        table against 0.5 here). The reader decodes while it would otherwise wait. Parts a
-        reader asks for are not kept, and no local part is read ahead (a steady pattern's
-        chunks are read whole: see :func:`~.parts.part_boxes`), so nothing is lost by reading
-        them outside the table. The reader's own share is read without ``wait_timeout`` (as
-        xarray's and zarr's backends read local files, and as :meth:`read_inline` does): only
-        the groups the read threads take are waited for with it.
-        """
-        helpers = min(self._io_threads, os.cpu_count() or 1) - 1
-        step = max(1, -(-len(keys) // (2 * (helpers + 1))))  # two groups per worker: balance
-        groups = [keys[i : i + step] for i in range(0, len(keys), step)]
-        done = share(groups, lambda group: self._pipeline.read_here(source, group),
-                     config.get().wait_timeout, self._io.submit)
-        futures: dict[ReadKey, cf.Future] = {}
-        for group, values in zip(groups, done):
-            for key, value in zip(group, values):
-                future = futures[key] = cf.Future()
-                if isinstance(value, BaseException):
-                    future.set_exception(value)
-                else:
-                    future.set_result(value)
-        return futures
-
-    def _part_keys(self, keys: list[ReadKey], found: list[Any], boxes: list[Part]) -> None:
-        """Where a part is asked for and its whole chunk is not cached, ask for the part
-        (``keys`` and ``found`` are changed in place)."""
-        at = [i for i, (v, b) in enumerate(zip(found, boxes)) if v is None and b is not None]
-        if not at:
+    def _read_here(self, source: ChunkSource, reads: list[Read]) -> None:
+        """Run the reads this reader queued (parts of local chunks) in its own thread, with
+        the read threads free meanwhile: a part is a few blosc blocks, and queueing it for a
+        read thread costs about as much as decoding it. Reads another request queued first
+        may run elsewhere already: the reader waits for those."""
+        mine = self._table.claim(reads)
+        if not mine:
             return
-        part_keys = [keys[i]._replace(part=boxes[i]) for i in at]
-        for i, key, value in zip(at, part_keys, self.cache.get_many(part_keys)):
-            keys[i] = key
-            found[i] = value
+        try:
+            jobs = run_here(execute(source, [r.key for r in mine], self.services), self._io, self.context)
+        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): every waiter gets it
+            for read in mine:
+                self._table.settle(read, exc=exc)
+            raise
+        for read, job in zip(mine, jobs):
+            self._settle(read, job)
 
     def _answer(
         self,
-        keys: list[ReadKey],
-        found: list[np.ndarray | None],
-        reads: dict[ReadKey, Read],
+        keys: list[ChunkRequest],
+        found: list[Any],
+        reads: dict[ChunkRequest, Any],
         priority: Priority,
-        cache: bool,
+        keep: bool,
         tally: Tally,
     ) -> list[np.ndarray | cf.Future]:
-        """Cached arrays and read futures in request order; hits and read-ahead used counted."""
+        """Cached values and read futures in request order; hits and read-ahead used counted."""
         waiting = priority is not Priority.SPECULATIVE
         prefetched = self._table.prefetched
         out: list[np.ndarray | cf.Future] = []
@@ -266,9 +246,6 @@ class Engine:
         for key, value in zip(keys, found):
             if value is None:
                 read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
-                if isinstance(read, cf.Future):  # read now (see _read_now)
-                    out.append(read)
-                    continue
                 out.append(read.future if read is not None else _done(
                     exc=RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader")))
                 continue
@@ -277,7 +254,7 @@ class Engine:
                 tally.hits += 1
                 if prefetched and key in prefetched and self._table.take_prefetched(key):
                     tally.prefetch_used += 1
-                    if not cache or key.part is not None:
+                    if not keep or key.part is not WHOLE:
                         consumed.append(key)
         if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
@@ -308,97 +285,100 @@ class Engine:
         self._io.call_soon(self._dispatch)
 
     # -- dispatch (runs on the loop) ---------------------------------------------------------
-    def concurrency(self, kind: str) -> int:
-        """Reads of ``kind`` ("sync" or "async") allowed in flight at once."""
-        if kind == "sync":
-            return self._io_threads
-        # enough to hide the latency, no more than the link carries (see engine/link.py),
+    def concurrency(self, lane: Hashable) -> int:
+        """Reads of ``lane`` (``"sync"``, or a store's link model) allowed in flight at once."""
+        if lane == "sync":
+            return self._io.threads
+        # enough to hide the latency, no more than the link carries (see sources/link.py),
         # and a read thread's worth more: a read decoding does not use the link
-        return self._pipeline.link.concurrency(self._pipeline.latency["async"]) + self._io_threads
+        return lane.concurrency() + self._io.threads  # type: ignore[attr-defined, no-any-return]
 
-    def speculative_cap(self, kind: str) -> int:
+    def speculative_cap(self, lane: Hashable) -> int:
         """Prefetch reads allowed at once: leave CPU for what the user waits on."""
         if time.monotonic() < self._table.catching_up_until:
             # the reader is catching up with the prefetch: read ahead at full speed
-            return self.concurrency(kind)
+            return self.concurrency(lane)
         spare = max(1, (os.cpu_count() or 2) - 1)
-        if kind == "async":
+        if lane != "sync":
             # a remote read mostly waits on the network: half the link's reads may be
             # guesses (enough to stay ahead of a player at 100 ms), the rest stay free
-            return max(2, spare, self.concurrency(kind) // 2)
-        return min(self._io_threads, spare)
+            return max(2, spare, self.concurrency(lane) // 2)
+        return min(self._io.threads, spare)
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float:
         """Expected seconds to read ``nchunks`` chunks of ``source`` at today's concurrency."""
-        kind = "async" if source.is_async else "sync"
-        return self._pipeline.slab_latency(source, nchunks, self.concurrency(kind))
+        per = self.context.link(source).read_latency
+        return per * -(-nchunks // max(1, self.concurrency(self.context.lane(source))))
 
     def _dispatch(self) -> None:
-        limit = {k: self.concurrency(k) for k in KINDS}
-        spec = {k: self.speculative_cap(k) for k in KINDS}
+        settings = self.context.settings
         create_task = self._io.loop.create_task
-        for batch in self._table.take_runnable(limit, spec, config.get().visible_first):
-            if len(batch) > 1:  # inner chunks of one shard: one ranged read, checked one by one
+        for batch in self._table.take_runnable(self.concurrency, self.speculative_cap, settings.visible_first):
+            if len(batch) > 1:
                 self.stats.count("batched", len(batch))
-                pending = batch[0].source.read_chunks_counted([r.index for r in batch])
-                create_task(self._run_reads(batch, pending))
-            else:
-                create_task(self._run_reads(batch))
+            create_task(self._run(batch))
 
-    async def _run_reads(self, reads: list[Read], pending: list[Any] | None = None) -> None:
-        """Run reads on the loop, one task for them all: one read, or a shard's batch, whose
-        members' awaitables (``pending``) share one read of the shard (the first awaited
-        starts it; the others are done when it ends). Each is settled as it ends, and the
-        table dispatched once after (measured: a task and a dispatch per inner chunk kept
-        the loop's thread as busy as the decoders on a scrub of 1x256x256 inner chunks)."""
-        done = 0
+    async def _run(self, reads: list[Read]) -> None:
+        """Run a batch of reads (one, or the inner chunks of one shard) through the pipeline,
+        settle each, and dispatch the table once after."""
+        source = reads[0].source
         try:
-            for read, awaitable in zip(reads, pending or [None] * len(reads)):
-                value: Any
-                try:
-                    value = await self._pipeline.read(read.source, read.key, awaitable)
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - every failure goes to the waiter
-                    value = exc
-                self._settle(read, value)
-                done += 1
+            gen = execute(source, [r.key for r in reads], self.services)
+            if not (source.is_async or source.awaits):  # fetched and decoded in one trip to a read thread
+                jobs = await self._io.to_thread(run_here, gen, self._io, self.context)
+            else:
+                jobs = await run_on_loop(gen, self._io, self.context)
         except asyncio.CancelledError:
-            for read in reads[done:]:
-                self._settle(read, EngineClosedError("engine closed during the read"))
-            self._dispatch()
+            for read in reads:
+                self._table.settle(read, exc=EngineClosedError("engine closed during the read"))
             raise
+        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): the waiters get it
+            for read in reads:
+                self._table.settle(read, exc=exc)
+        else:
+            for read, job in zip(reads, jobs):
+                self._settle(read, job)
         self._dispatch()
 
-    def _settle(self, read: Read, value: Any) -> None:
-        """The cache step: keep the value when the read is kept; hand it (or the exception)
-        to the waiters. Stored bytes (None) went to the encoded tier."""
-        if isinstance(value, BaseException):
-            self._table.settle(read, exc=value)
+    def _settle(self, read: Read, job: Job) -> None:
+        """The cache step: keep the value when the read is kept; hand it (or the error) to
+        the waiters. Stored bytes went to the encoded tier (their value is None)."""
+        if job.error is not None:
+            self._table.settle(read, exc=job.error)
             return
+        value = job.value
         if value is None or not (read.keep and self.cache.put(read.key, value)):
             self._table.prefetched.discard(read.key)
         self._table.settle(read, result=value)
 
     # -- nested reads ------------------------------------------------------------------------
     def read_inline(self, source: ChunkSource, index: ChunkIndex) -> np.ndarray:
-        """Read one chunk in the calling thread (cache first), bypassing the scheduler.
-
-        Used when a read thread itself needs engine data (an ArraySource over an engine-backed
-        variable): queueing behind itself on the same pool could deadlock. The read takes the
-        same pipeline as every other (see :mod:`.pipeline`).
-        """
+        """Read one chunk in the calling thread (cache first), past the read table: a read
+        thread that itself needs engine data (a source over an engine-backed variable) must
+        not queue behind itself. The read takes the same pipeline as every other."""
         key = self.key(source, index)
         value = self.cache.get(key)
         if value is not None:
             self.stats.count("hits")
-            return value
+            return value  # type: ignore[no-any-return]
         self.stats.count("misses")
-        value = self._pipeline.read_here(source, [key])[0]
-        if isinstance(value, BaseException):
-            raise value
-        self.cache.put(key, value)
-        return value  # type: ignore[no-any-return]
+        (job,) = run_here(execute(source, [key], self.services), self._io, self.context)
+        if job.error is not None:
+            raise job.error
+        self.cache.put(key, job.value)
+        return job.value  # type: ignore[no-any-return]
+
+    async def _nested(self, source: ChunkSource, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        """A read of ``source`` inside another read, on the loop (``ReadContext.read``): the
+        stages, neither the table nor the cache (the outer read keeps its value)."""
+        gen = execute(source, [ChunkRequest(source.token, tuple(index))], self.services, nested=True)
+        if source.is_async or source.awaits:
+            (job,) = await run_on_loop(gen, self._io, self.context)
+        else:
+            (job,) = await self._io.to_thread(run_here, gen, self._io, self.context)
+        if job.error is not None:
+            raise job.error
+        return job.value, job.moved
 
     # -- blocking reads: from an ordinary thread, always with a timeout ----------------------
     def fetch(
@@ -417,7 +397,7 @@ class Engine:
         if on_read_thread():
             return [self.read_inline(source, i) for i in indices]
         futures = self.request(source, indices, priority, channel=channel, generation=generation)
-        chunks = wait_all(futures, timeout)
+        chunks = wait_all(futures, self._timeout(timeout))
         self.count_useful(sum(getattr(c, "nbytes", 0) for c in chunks))
         return chunks
 
@@ -426,8 +406,8 @@ class Engine:
         engine's concurrency), without letting them exceed a quarter of the cache budget."""
         per = max(1, source.chunk_nbytes())
         limit = max(2, self.cache.budget // 4 // per)
-        # remote: twice the reads in flight, so a slow head of the line leaves the link busy
-        want = max(2 * self._io_threads, 2 * self.concurrency("async") if source.is_async else 0)
+        threads = self._io.threads
+        want = max(2 * threads, 2 * self.concurrency(self.context.lane(source)) if source.is_async else 0)
         return int(max(2, min(want, limit)))
 
     def stream(
@@ -457,12 +437,13 @@ class Engine:
             for index in indices:
                 yield index, self.read_inline(source, index)
             return
+        wait_for = self._timeout(timeout)
 
         def issue(index: ChunkIndex) -> cf.Future:
-            return self.request(source, [index], Priority.PLANNED, cache=cache)[0]
+            return self.request(source, [index], Priority.PLANNED, keep=cache)[0]
 
         def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
-            chunk = wait_all([fut], timeout)[0]
+            chunk = wait_all([fut], wait_for)[0]
             self.count_useful(getattr(chunk, "nbytes", 0))
             if background:  # the consumer's work on it waits while a view is busy
                 self.activity.wait_quiet()
@@ -475,9 +456,9 @@ class Engine:
         if not ahead and source.is_async:
             depth = lambda: self.stream_ahead(source)  # noqa: E731
         many = None
-        if source.coalesces:  # inner chunks of one shard: queue them together, to batch
+        if source.max_batch > 1:  # inner chunks of one shard: queue them together, to batch
             def many(batch: list[ChunkIndex]) -> list[cf.Future]:
-                return self.request(source, batch, Priority.PLANNED, cache=cache)
+                return self.request(source, batch, Priority.PLANNED, keep=cache)
 
         yield from look_ahead(
             indices, issue, wait, ahead=depth,
@@ -488,19 +469,23 @@ class Engine:
     def queued(self) -> dict[str, int]:
         return self._table.queued()
 
-    def in_flight_keys(self) -> set[ReadKey]:
+    def in_flight_keys(self) -> set[ChunkRequest]:
         return self._table.in_flight_keys()
 
     def cached_indices(self, token: str) -> set[ChunkIndex]:
         """Chunks of source ``token`` the cache holds something of: the decoded chunk, a
         decoded part, its stored frame or its blosc head (reading it again reads less)."""
-        keys = self.cache.keys() + self.cache.encoded_keys()
-        return {k.index for k in keys if isinstance(k, ReadKey) and k.token == token}
+        out = set()
+        for key in self.cache.keys():
+            if key.array == token and (type(key) is ChunkRequest or key.kind == "head"):
+                out.add(key.index if type(key) is ChunkRequest else key.at)
+        return out
 
     def snapshot(self) -> StatsSnapshot:
         cache = self.cache
         running = self._table.running
-        concurrency = self._io_threads + (self.concurrency("async") if running["async"] else 0)
+        concurrency = self._io.threads + sum(self.concurrency(lane) - self._io.threads
+                                             for lane, n in list(running.items()) if n and lane != "sync")
         evictions = cache.evictions
         self.stats.count("evictions", evictions - self._ev_seen)
         self._ev_seen = evictions

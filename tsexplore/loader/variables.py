@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from xarray.core import indexing
 
+from .. import config
 from ..engine import Engine, Priority, wait_all
 from ..engine.array import assemble
 from ..engine.planning import SelectionPlan, finish, plan_selection, take_piece
@@ -73,8 +74,8 @@ class LoaderVariable:
         if self.lazy is not None:
             return DeferredRegion(self.lazy, self.source_key(region), self.dtype)
         plan = plan_selection(self.source_key(region), self.source.shape, self.source.chunks)
-        items = engine.request_mixed(
-            self.source, list(plan.chunk_indices()), Priority.PLANNED, cache=cache
+        items = engine.submit(
+            self.source, [engine.key(self.source, i) for i in plan.indices], Priority.PLANNED, keep=cache
         )
         engine.count_useful(math.prod(plan.block_shape) * self.dtype.itemsize)
         hits = sum(not isinstance(i, cf.Future) for i in items)  # cached: arrays, no wait
@@ -94,6 +95,7 @@ class PendingRegion:
     hits: int
 
     def result(self, timeout: float | None = None) -> np.ndarray:
+        timeout = config.get().wait_timeout if timeout is None else timeout
         if len(self.futures) == 1:  # the region lies in one chunk: a view, no copy
             item = self.futures[0]
             chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item

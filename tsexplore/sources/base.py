@@ -1,156 +1,55 @@
-"""The ChunkSource contract: one N-dimensional array read one chunk at a time.
+"""The ChunkSource contract: one N-dimensional array, read one chunk at a time by the engine.
 
 A source knows its ``shape``, ``dtype``, ``dims``, native chunk grid (``chunks``: the chunk
 length along each dimension), ``fill_value``, and the ``attrs`` and ``encoding`` that xarray's
 own backend gives the stored (undecoded) variable; CF decoding happens above, in xarray's own
-coders. It is built with :class:`SourceOptions` (what to do with absent chunks, which
-prefetch policy), a frozen field the engine reads. The engine asks it for one chunk by
-grid index with ``await source.read_chunk_counted(index)``, which returns the decoded chunk
-(trimmed to the array's edge) and the number of *encoded* bytes that were moved to get it.
+coders. It is built with :class:`SourceOptions` (what to do with absent chunks, which prefetch
+policy, which remote reader), a frozen field the engine reads.
 
-Synchronous sources subclass :class:`SyncChunkSource` and implement ``read_chunk_sync``; the
-engine runs those on its thread pool. Asynchronous sources (remote stores) implement
-``read_chunk_counted`` as a coroutine and run on the engine's I/O loop.
+The engine reads every chunk through one pipeline (``tsexplore.engine.execute``): *locate*
+(where the bytes of a :class:`~.requests.ChunkRequest` are) -> *fetch* (through the source's
+:class:`~.bytes.ByteStore`) -> *decode* -> *check* -> *cache*. A source takes part in it in one
+of two ways:
+
+- it has a byte store (``store``) and says where a request's bytes are (:meth:`ChunkSource.locate`,
+  perhaps after an auxiliary entry such as a shard index: :meth:`ChunkSource.parse_aux`) and
+  how to decode them (:meth:`ChunkSource.decode`): Zarr arrays;
+- or it reads its chunks itself (``locate`` says :data:`~.requests.SELF`): blocking sources
+  subclass :class:`SyncChunkSource` and implement ``read_chunk_sync(index)``, run on a read
+  thread; sources that wait on an event loop implement ``read_chunk_async(index, ctx)`` and
+  set ``awaits``. Both return the decoded chunk and the encoded bytes moved for it.
+  ``is_async`` says where its reads take their slots: among the read threads (False) or on
+  the link of an asynchronous store (True).
+
+A read is given a :class:`ReadContext`: the settings in force and the engine's counters.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextvars
 import copy
 import itertools
 import math
-import threading
-import time
 import types
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import ConfigError, IndexingError, ReadTimeoutError
-
-ChunkIndex = tuple[int, ...]
-
-@dataclass(frozen=True)
-class ReadServices:
-    """What the engine lends the read in progress (set per read: an asyncio task, or the
-    thread of an inline read; None outside the engine).
-
-    ``count(name, n)`` adds to a statistics counter (``store_requests``, ``range_requests``,
-    ``index_reads``); ``cache_get(key)`` / ``cache_put(key, array)`` use the engine's chunk
-    cache, within its byte budget, for what a source keeps between reads (shard indexes).
-    A source keys its entries with a token of its own (``f"{token}#..."``), never a chunk key.
-    """
-
-    count: Callable[[str, int], None]
-    cache_get: Callable[[Hashable], np.ndarray | None]
-    cache_put: Callable[[Hashable, np.ndarray], bool]
-    #: a network request starts (returns its start time) / finished ``(nbytes, seconds)``:
-    #: how the engine measures the link's latency and bandwidth
-    transfer_start: Callable[[], float] | None = None
-    transfer: Callable[[int, float], None] | None = None
-    #: ``helper(fn)`` runs ``fn()`` on another read thread, when one is free: it may start
-    #: late or never, so share work with it through a queue both take from, and wait only
-    #: for what it took (see :func:`share`)
-    helper: Callable[[Callable[[], None]], None] | None = None
+from ..config import REMOTE_READERS, Settings
+from ..errors import ConfigError, IndexingError, MissingChunkError
+from .requests import SELF, AuxKey, ChunkIndex, ChunkRequest, Located, NeedAux
 
 
-def share(
-    jobs: list[Any],
-    run: Callable[[Any], Any],
-    timeout: float,
-    helper: Callable[[Callable[[], None]], None] | None = None,
-) -> list[Any]:
-    """``run(job)`` of each job, in order: this thread and the read threads free meanwhile
-    (started by ``helper``, default the engine's lent to the read in progress) take jobs in
-    turn until none is left; this thread then waits (at most ``timeout`` seconds) only for
-    the jobs a helper took, which are running, and raises what one of them raised. A helper
-    that starts late finds nothing left and returns. Outside the engine, or for one job,
-    this thread runs them all."""
-    if helper is None:
-        services = read_services.get()
-        helper = None if services is None else services.helper
-    if helper is None or len(jobs) < 2:
-        return [run(job) for job in jobs]
-    queue = collections.deque(enumerate(jobs))
-    out: list[Any] = [None] * len(jobs)
-    failed: list[BaseException] = []
-    ended = threading.Semaphore(0)
-    lock = threading.Lock()
-    running = 0  # jobs taken and not finished
+class ReadContext(Protocol):
+    """What the engine gives a read: the settings in force, its counters, and nested reads
+    (a wrapper reading the source it wraps through the same stages)."""
 
-    def take() -> None:
-        nonlocal running
-        while True:
-            with lock:
-                if not queue:
-                    return
-                k, job = queue.popleft()
-                running += 1
-            try:
-                out[k] = run(job)
-            except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
-                failed.append(exc)
-            finally:
-                with lock:
-                    running -= 1
-                ended.release()
+    settings: Settings
 
-    context = contextvars.copy_context()
-    for _ in range(len(jobs) - 1):
-        helper(lambda: context.copy().run(take))
-    take()
-    deadline = time.monotonic() + timeout
-    while True:
-        with lock:
-            if not running:
-                break
-        if not ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise ReadTimeoutError(
-                f"{running} of {len(jobs)} read jobs taken by other read threads did not finish "
-                f"within {timeout} s; raise tse.config.set(wait_timeout=...) or check the store"
-            )
-    if failed:
-        raise failed[0]
-    return out
+    def count(self, name: str, n: int = 1) -> None: ...
 
-
-#: the services of the read running in this context (None outside the engine)
-read_services: contextvars.ContextVar[ReadServices | None] = contextvars.ContextVar(
-    "tsexplore_read_services", default=None
-)
-
-
-def transfer_start() -> float | None:
-    """Note the start of a network request (see :func:`transfer_done`)."""
-    services = read_services.get()
-    if services is None or services.transfer_start is None:
-        return None
-    services.transfer_start()
-    return time.perf_counter()
-
-
-def transfer_done(started: float | None, nbytes: int) -> None:
-    """A network request that :func:`transfer_start` noted ended, having delivered
-    ``nbytes`` (0 when it failed: call it on every exit)."""
-    services = read_services.get()
-    if started is not None and services is not None and services.transfer is not None:
-        services.transfer(nbytes, time.perf_counter() - started)
-
-
-def count_io(name: str, n: int = 1) -> None:
-    """Add ``n`` to the engine's counter ``name`` for the read in progress (no-op outside)."""
-    services = read_services.get()
-    if services is not None:
-        services.count(name, n)
-
-
-def count_retry() -> None:
-    """Report one retried request of the read in progress (a source calls this)."""
-    count_io("retries")
+    async def read(self, source: ChunkSource, index: ChunkIndex) -> tuple[np.ndarray, int]: ...
 
 
 MISSING_POLICIES = ("fill", "raise")
@@ -166,10 +65,12 @@ class SourceOptions:
     ``"raise"`` raises :class:`~tsexplore.errors.MissingChunkError` instead.
     ``prefetch``: ``"auto"`` (learn from the access pattern), ``"momentum"``,
     ``"neighbourhood"`` or ``"off"`` (``True`` means ``"auto"``; ``False``/``None`` ``"off"``).
+    ``reader``: who fetches remote chunk bytes (``tse.config`` ``remote_reader``).
     """
 
     missing: str = "fill"
     prefetch: str = "auto"
+    reader: str = "auto"
 
     def __post_init__(self) -> None:
         if self.missing not in MISSING_POLICIES:
@@ -181,6 +82,8 @@ class SourceOptions:
             object.__setattr__(self, "prefetch", "off")
         elif prefetch not in PREFETCH_POLICIES:
             raise ConfigError(f"prefetch must be one of {PREFETCH_POLICIES}, got {prefetch!r}")
+        if self.reader not in REMOTE_READERS:
+            raise ConfigError(f"remote_reader must be one of {REMOTE_READERS}, got {self.reader!r}")
 
 
 DEFAULT_OPTIONS = SourceOptions()
@@ -201,12 +104,10 @@ class ChunkSource:
     encoding: Mapping[str, Any] = types.MappingProxyType({})
     #: how the engine treats this source (absent chunks, prefetch policy)
     options: SourceOptions = DEFAULT_OPTIONS
-    #: True when ``read_chunk_counted`` is a coroutine that waits on the network (it runs on
-    #: the engine's I/O loop); False when reads block a thread (local files, decoders: they
-    #: run on the engine's read threads through ``read_chunk_sync``)
+    #: True when reads wait on an event loop (a remote store, ``read_chunk_async``): they run
+    #: on the engine's I/O loop; False when they block a thread (local files, decoders: they
+    #: run on the engine's read threads)
     is_async: bool = False
-    #: a hint of the latency of one read in seconds (None: unknown, learned by the engine)
-    latency_hint: float | None = None
 
     @property
     def store_dtype(self) -> np.dtype:
@@ -285,43 +186,59 @@ class ChunkSource:
             fill = np.nan if self.dtype.kind in "fc" else 0
         return np.full(self.chunk_shape(index), fill, dtype=self.dtype)
 
-    # -- reading --------------------------------------------------------------------------
-    def partial_reader(self) -> Any:
-        """What reads parts of this source's chunks (only the blosc blocks a region needs,
-        :class:`~tsexplore.sources.parts.BloscParts`), or None: chunks are read whole."""
+    # -- reading: the pipeline's questions ----------------------------------------------------
+    #: where chunk bytes come from (None: the source reads its chunks itself)
+    store: Any = None
+    #: reads whose ``batch_key`` is equal (and not None) are cheaper together (inner chunks of
+    #: one shard, read by ranges of one object): the engine runs up to ``max_batch`` as one
+    max_batch: int = 1
+    #: reads parts of chunks from their blosc blocks (``worth(box)``), or None
+    blocks: Any = None
+    #: a source that reads itself on an event loop (``read_chunk_async``), not on a thread
+    awaits: bool = False
+    #: ``"zarr"``: ``read_chunk_async`` runs on zarr's own event loop; None: on any
+    home: str | None = None
+
+    def batch_key(self, index: ChunkIndex) -> Hashable | None:
         return None
+
+    def locate(self, request: ChunkRequest, aux: Callable[[AuxKey], Any],
+               ranges_pay: Callable[[int, int, bool], bool] | None = None) -> Located | NeedAux:
+        """Where the bytes of ``request`` are (``aux(key)``: an auxiliary entry the engine
+        holds, or None); :data:`~.requests.SELF` for a source that reads itself.
+        ``ranges_pay(whole, needed, head_known)``: whether a part's byte ranges pay against
+        the whole object (a remote store; None: they do)."""
+        return SELF
+
+    def parse_aux(self, aux: AuxKey, data: Any) -> tuple[Any, int] | NeedAux:
+        """The auxiliary entry ``aux`` from its bytes ``data`` (None: the object is absent)
+        and the bytes it is counted for, or the larger read it needs."""
+        raise NotImplementedError
+
+    def decode(self, request: ChunkRequest, located: Located, data: list[Any]) -> tuple[np.ndarray, int]:
+        """The values of ``request`` from the bytes of ``located`` (``data``: one buffer per
+        range, or the whole object) and the bytes decoded. Raises what names the chunk."""
+        raise NotImplementedError
+
+    def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+        """A source reading itself, blocking: the decoded chunk and the bytes moved."""
+        raise NotImplementedError
+
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
+        """A source reading itself on an event loop (``awaits``)."""
+        raise NotImplementedError
+
+    def missing(self, index: ChunkIndex) -> MissingChunkError:
+        """The error of a chunk the store does not have (read under ``missing="raise"``)."""
+        return MissingChunkError(
+            f"chunk {tuple(index)} of {self!r} is not in the store (opened with missing='raise'); "
+            "open with missing='fill' (the default) to read it as the fill value",
+            source=self.token, index=tuple(index),
+        )
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
         """Hint that these chunks will be read soon (e.g. start reading their files from
         disk in the background). Cheap and non-blocking; the default does nothing."""
-
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        """Decoded chunk ``index`` and the encoded bytes moved to read it."""
-        raise NotImplementedError
-
-    #: ``coalesce_key`` may group reads (checked before calling it, for speed)
-    coalesces: bool = False
-    #: most reads the engine hands ``read_chunks_counted`` at once
-    max_batch: int = 1
-
-    def coalesce_key(self, index: ChunkIndex) -> Hashable | None:
-        """Reads with equal keys (not None) are cheaper together (inner chunks of one shard):
-        the engine may hand them to :meth:`read_chunks_counted` as one batch."""
-        return None
-
-    def read_chunks_counted(
-        self, indices: Sequence[ChunkIndex]
-    ) -> list[Awaitable[tuple[np.ndarray, int]]]:
-        """One awaitable per index, in order, each giving what ``read_chunk_counted`` gives
-        (or raising what it raises); the source may share work among them (one ranged read
-        of adjacent inner chunks). Nothing runs until the first is awaited; the engine awaits
-        every one of them, each inside its own checked read."""
-        return [self.read_chunk_counted(index) for index in indices]
-
-    async def read_chunk(self, index: ChunkIndex) -> np.ndarray:
-        """Decoded chunk ``index`` (trimmed at the array's edge)."""
-        array, _ = await self.read_chunk_counted(index)
-        return array
 
     def close(self) -> None:
         """Release files and sessions held by the source."""
@@ -334,15 +251,7 @@ class ChunkSource:
 
 
 class SyncChunkSource(ChunkSource):
-    """A source whose reads block: implement ``read_chunk_sync``; the engine threads it."""
-
-    def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        raise NotImplementedError
-
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        loop = asyncio.get_running_loop()
-        context = contextvars.copy_context()  # the read thread reports to this read's counter
-        return await loop.run_in_executor(None, context.run, self.read_chunk_sync, index)
+    """A source that reads its chunks itself, blocking: implement ``read_chunk_sync``."""
 
 
 @dataclass

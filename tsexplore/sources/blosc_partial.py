@@ -81,9 +81,9 @@ class BloscHead:
         """Decoded size of block ``block`` (the last one may be shorter)."""
         return min(self.blocksize, self.nbytes - block * self.blocksize)
 
-    def block_ranges(self, blocks: np.ndarray, gap: int = 0) -> list[tuple[int, int]]:
-        """Byte ranges of the stored frame holding ``blocks`` (sorted, merged when closer
-        than ``gap`` bytes), besides :attr:`head_len`."""
+    def block_ranges(self, blocks: np.ndarray) -> list[tuple[int, int]]:
+        """Byte ranges of the stored frame holding ``blocks`` (sorted, adjacent ones merged),
+        besides :attr:`head_len` (the byte store merges ranges with gaps between them)."""
         if self.special:
             return []
         if self.memcpyed:
@@ -95,7 +95,7 @@ class BloscHead:
         pairs.sort()
         out: list[tuple[int, int]] = []
         for a, b in pairs:
-            if out and a <= out[-1][1] + gap:
+            if out and a <= out[-1][1]:
                 out[-1] = (out[-1][0], max(out[-1][1], b))
             else:
                 out.append((a, b))

@@ -40,6 +40,8 @@ from collections.abc import Callable
 import numpy as np
 
 MIN_POOLED = 1 << 18
+#: the pool's limit outside a budget
+DEFAULT_LIMIT = 64 << 20
 #: a free buffer not reused within this many of the pool's allocations is unmapped
 POOL_AGE = 64
 _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -73,13 +75,10 @@ def counted_by(room: Callable[[], int]) -> bool:
 
 
 def pool_limit() -> int:
-    """Most bytes kept mapped for reuse: an eighth of the cache budget (at least 64 MiB, at
-    most 512 MiB), and never more than the cache leaves of the budget (:func:`limit_by`)."""
-    from .. import config
-
-    limit = int(min(512 << 20, max(64 << 20, config.get().cache_bytes // 8)))
+    """Most bytes kept mapped for reuse: what the budget leaves (:func:`limit_by`), else
+    :data:`DEFAULT_LIMIT`."""
     room = _room
-    return limit if room is None else max(0, min(limit, int(room())))
+    return DEFAULT_LIMIT if room is None else max(0, int(room()))
 
 
 def _drop_oldest_locked() -> mmap.mmap:

@@ -1,61 +1,66 @@
-"""Bytes of stored objects, whole or by byte range: one small interface for every store.
+"""Bytes of stored objects, by byte ranges: the one interface every store implements.
 
-A :class:`ByteStore` gets the bytes of one object (a chunk, a shard) by its key, relative
-to the store's root::
+A :class:`ByteStore` gets byte ranges of one object (a chunk, a shard, a file) by its key,
+relative to the store's root::
 
-    await store.get(key)                          # the whole object
-    await store.get(key, ByteRange(start, stop))  # bytes [start, stop)
-    await store.get(key, ByteRange.suffix(n))     # its last n bytes
-    store.get_sync(key, rng)                      # the same, blocking (where store.sync)
+    await store.get_ranges(key, [ByteRange(0, 16), ByteRange(4096, 8192)], ctx)
+    await store.get_ranges(key, [None], ctx)          # the whole object
+    store.get_ranges_sync(key, ranges, ctx)           # the same, blocking (where store.sync)
 
-The answer is a bytes-like object (``bytes``, ``memoryview``, a ``uint8`` array: anything
-with the buffer protocol), shorter than asked when the range runs past the object's end, or
-``None`` when the store has no such object (the caller decides: the fill value, or
-:class:`~tsexplore.errors.MissingChunkError`). Every other failure raises: transient ones
-(408/429/5xx, a reset connection, a body cut short mid-stream, no answer within
-``config.http_timeout``) are retried here with jittered exponential backoff, at most
-``config.retries`` times, each counted with :func:`~.base.count_retry`; what is left raises
+The answer has one bytes-like object per range (``bytes``, ``memoryview``, a ``uint8``
+array: anything with the buffer protocol), shorter than asked where the range runs past the
+object's end, or is ``None`` when the store has no such object (the caller decides: the fill
+value, or :class:`~tsexplore.errors.MissingChunkError`). Ranges are **coalesced inside the
+store**, one rule per medium (:func:`coalesce`): ranges closer than the store's gap are read
+as one request and cut apart again (a local file: 64 KiB, where a gap costs less than a
+system call; a remote store: its link's bandwidth-delay product, :mod:`.link`).
+
+Every other failure raises: transient ones (408/429/5xx, a reset connection, a body cut short
+mid-stream, no answer within ``http_timeout``) are retried with jittered exponential backoff,
+at most ``retries`` times, each counted as ``retries``; what is left raises
 :class:`~tsexplore.errors.RemoteReadError` or :class:`~tsexplore.errors.ReadTimeoutError`.
-Each request is counted in the engine's statistics (``store_requests``, and
-``range_requests`` for byte ranges) through :func:`~.base.count_io`.
+Settings and counters come from the read's context (``ctx``, :class:`~.base.ReadContext`;
+None: one attempt, nothing counted). Each request is counted (``store_requests``, and
+``range_requests`` for byte ranges) and timed by the store's :class:`~.link.LinkModel`.
 
 Servers that ignore ``Range`` (a plain static server such as Python's ``http.server``)
 answer a range with the whole object (HTTP 200), or, to obstore, seem to refuse ranges:
 either way the range is cut from the whole object here, the host is remembered (its later
-ranges are whole-object GETs at once) and each such range is counted as a
+ranges are whole-object GETs at once) and each such request counts as
 ``whole_object_fallbacks``. A read a whole GET would serve never fails for want of ranges.
 
-:class:`LocalFiles` (``os.pread``; a thread's whole-object reads can go to a reused buffer)
-is here; the remote ones (fsspec, obstore, zarr stores) and the function that picks one for
-a URL are in :mod:`.remote`.
+:class:`LocalFiles` (``os.preadv`` into the reading thread's scratch buffer) is here; the
+remote stores (fsspec, obstore, zarr stores) and the function that picks one for a URL are in
+:mod:`.remote`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import os
 import random
 import re
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from .. import config
 from ..errors import ReadTimeoutError, RemoteReadError
-from . import buffers
-from .base import count_io, count_retry, transfer_done, transfer_start
+from .link import LinkModel
 
 #: bytes-like answers: ``bytes``, ``memoryview``, ``uint8`` arrays, obstore ``Bytes``
 Buffer = Any
 RETRY_STATUS = {408, 429}
-#: byte ranges of a local file closer than this are read as one (a gap costs less than a read)
+#: ranges of a local file closer than this are read as one (a gap costs less than a read)
 LOCAL_GAP = 64 * 1024
+#: ranges of a remote object closer than this are fetched as one until the link is measured
+REMOTE_GAP = 1 << 20
+#: the longest read coalescing may make
+MAX_RUN = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,11 @@ class ByteRange:
     def is_suffix(self) -> bool:
         return self.start < 0
 
+    @property
+    def bounded(self) -> bool:
+        """Both ends are known offsets (it can be merged with its neighbours)."""
+        return self.start >= 0 and self.stop is not None
+
     def __len__(self) -> int:
         if self.is_suffix:
             return -self.start
@@ -88,9 +98,51 @@ class ByteRange:
         return f"bytes={self.start}-{'' if self.stop is None else self.stop - 1}"
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One read that serves several ranges: bytes ``[start, stop)``, holding the ranges at
+    positions ``members`` of the list it was made from."""
+
+    start: int
+    stop: int
+    members: tuple[int, ...]
+
+
+def coalesce(ranges: Sequence[ByteRange], gap: int, max_run: int = MAX_RUN) -> list[Run]:
+    """The reads that serve bounded ``ranges``: sorted by offset, a range joins the read
+    before it when the gap between them is at most ``gap`` bytes and the read stays within
+    ``max_run`` bytes (a single longer range is a read of its own)."""
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i].start)
+    runs: list[Run] = []
+    start = stop = -1
+    members: list[int] = []
+    for i in order:
+        a, b = ranges[i].start, ranges[i].stop
+        assert b is not None
+        if members and a - stop <= gap and max(b, stop) - start <= max_run:
+            stop = max(stop, b)
+            members.append(i)
+            continue
+        if members:
+            runs.append(Run(start, stop, tuple(members)))
+        start, stop, members = a, b, [i]
+    if members:
+        runs.append(Run(start, stop, tuple(members)))
+    return runs
+
+
+def _cut(body: Buffer, start: int, rng: ByteRange) -> memoryview:
+    """Bytes ``rng`` of an object from ``body``, which holds its bytes from ``start`` on
+    (shorter past the object's end, as a server's answer)."""
+    view = memoryview(body).cast("B")
+    if rng.is_suffix:
+        return view[max(0, len(view) + rng.start) :]
+    return view[rng.start - start : None if rng.stop is None else rng.stop - start]
+
+
 class RangeIgnored(Exception):
     """A byte range was answered with the whole object (``body``), or refused (``body`` is
-    None): the range is cut from the whole object (see the module docstring)."""
+    None): ranges are cut from the whole object (see the module docstring)."""
 
     def __init__(self, body: Buffer | None = None) -> None:
         super().__init__("the server ignores byte ranges")
@@ -101,28 +153,38 @@ class RangeIgnored(Exception):
 _whole_object_hosts: set[str] = set()
 
 
-def _longer_than_asked(out: Buffer, rng: ByteRange) -> bool:
-    """Whether ``out`` cannot be the answer to ``rng`` (it is the whole object)."""
-    if rng.is_suffix:
-        return len(out) > -rng.start
-    return rng.stop is not None and len(out) > rng.stop - rng.start
-
-
-def cut_range(body: Buffer, rng: ByteRange) -> memoryview:
-    """Bytes ``rng`` of a whole object's ``body`` (shorter past its end, as a server's)."""
-    view = memoryview(body).cast("B")
-    if rng.is_suffix:
-        return view[max(0, len(view) + rng.start) :]
-    return view[rng.start : rng.stop]
+def _count(ctx: Any, name: str, n: int = 1) -> None:
+    if ctx is not None:
+        ctx.count(name, n)
 
 
 class ByteStore:
-    """Gets objects' bytes by key (see the module docstring). Subclasses implement ``_get``."""
+    """Gets byte ranges of objects by key (see the module docstring).
 
-    #: ``get_sync`` works (a blocking read: local files, in-memory filesystems)
+    Asynchronous stores implement ``_get(key, rng)`` (one request, no retries); blocking
+    ones set ``sync`` and implement :meth:`get_ranges_sync`.
+    """
+
+    #: ``get_ranges_sync`` works (a blocking read: local files, in-memory filesystems)
     sync: bool = False
     #: where the store is, for messages
     where: str = ""
+    #: ranges closer than this are read as one before the link is measured
+    gap_default: int = REMOTE_GAP
+    #: ``"zarr"``: the store's coroutines must run on zarr's own event loop (its sessions
+    #: live there); None: on any loop
+    home: str | None = None
+
+    @property
+    def link(self) -> LinkModel:
+        """This store's link model (made on first use)."""
+        found = self.__dict__.get("_link")
+        if found is None:
+            found = self.__dict__["_link"] = LinkModel()
+        return found  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_link"}
 
     def url(self, key: str) -> str:
         return f"{self.where.rstrip('/')}/{key}" if self.where else key
@@ -134,81 +196,127 @@ class ByteStore:
         parts = urlsplit(self.where)
         return f"{parts.scheme}://{parts.netloc}" if parts.netloc else f"{self.where}@{id(self)}"
 
-    async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
-        """The object's bytes (``rng``: a part of them), or None when it is absent."""
-        if rng is not None and _whole_object_hosts and self.host in _whole_object_hosts:
-            return await self._cut_from_whole(key, rng, None)
+    def gap(self) -> int:
+        return self.link.gap(self.gap_default)
+
+    # -- the interface ------------------------------------------------------------------------
+    async def get_ranges(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any = None
+    ) -> list[Buffer] | None:
+        """Bytes of ``ranges`` of object ``key`` (None in ``ranges``: the whole object), or
+        None when the store has no such object."""
+        if any(r is None for r in ranges) or (
+            _whole_object_hosts and self.host in _whole_object_hosts
+        ):
+            return await self._from_whole(key, ranges, ctx, None)
+        plain = [r for r in ranges if r is not None and r.bounded]
+        others = [i for i, r in enumerate(ranges) if r is None or not r.bounded]
+        runs = coalesce(plain, self.gap())
+        wanted = [ByteRange(run.start, run.stop) for run in runs]
+        wanted += [ranges[i] for i in others]  # type: ignore[misc]
         try:
-            out = await self._request(key, rng)
+            got = await asyncio.gather(*(self._request(key, rng, ctx) for rng in wanted))
         except RangeIgnored as exc:
             _whole_object_hosts.add(self.host)
-            return await self._cut_from_whole(key, rng, exc.body)  # type: ignore[arg-type]
-        if rng is not None and out is not None and _longer_than_asked(out, rng):
-            _whole_object_hosts.add(self.host)  # a 200 with the whole body, unnoticed below
-            return await self._cut_from_whole(key, rng, out)
+            return await self._from_whole(key, ranges, ctx, exc.body)
+        if any(g is None for g in got):
+            return None
+        if any(_longer_than_asked(g, r) for g, r in zip(got, wanted)):  # a 200 with the whole body
+            _whole_object_hosts.add(self.host)
+            return await self._from_whole(key, ranges, ctx, got[0])
+        out: list[Buffer] = [None] * len(ranges)
+        at = [i for i, r in enumerate(ranges) if r is not None and r.bounded]
+        for run, body in zip(runs, got):
+            for m in run.members:
+                out[at[m]] = _cut(body, run.start, plain[m])
+        for i, body in zip(others, got[len(runs) :]):
+            out[i] = body
         return out
 
-    async def _request(self, key: str, rng: ByteRange | None) -> Buffer | None:
-        count_range(rng)
-        started = transfer_start()
-        out = None
-        try:
-            out = await with_retries(lambda: self._get(key, rng), self.url(key), self.classify)
-        finally:
-            transfer_done(started, 0 if out is None else len(out))
-        return out
-
-    async def _cut_from_whole(self, key: str, rng: ByteRange, body: Buffer | None) -> Buffer | None:
-        """Bytes ``rng`` of the object, cut from its whole ``body`` (None: a whole GET)."""
-        count_io("whole_object_fallbacks")
-        if body is None:
-            body = await self._request(key, None)
-            if body is None:
-                return None
-        return cut_range(body, rng)
-
-    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
-        """Like :meth:`get`, blocking (only where ``sync`` is True). ``reuse=True``: the answer
-        may be a view of this thread's scratch buffer, valid until its next reused read."""
+    def get_ranges_sync(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any = None, *, reuse: bool = False
+    ) -> list[Buffer] | None:
+        """Like :meth:`get_ranges`, blocking (only where ``sync`` is True). ``reuse``: the
+        answers may be views of this thread's scratch buffer, valid until its next read."""
         raise NotImplementedError(f"{type(self).__name__} has no blocking reads")
 
-    async def get_ranges(self, key: str, ranges: Sequence[ByteRange]) -> list[Buffer | None]:
-        """Several ranges of one object, fetched concurrently."""
-        return list(await asyncio.gather(*(self.get(key, r) for r in ranges)))
+    async def get_many(
+        self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None
+    ) -> list[list[Buffer] | None]:
+        """:meth:`get_ranges` of several objects, concurrently."""
+        return list(await asyncio.gather(*(self.get_ranges(k, r, ctx) for k, r in requests)))
 
+    def get_many_sync(
+        self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None,
+        *, reuse: bool = False,
+    ) -> list[list[Buffer] | None]:
+        """:meth:`get_ranges_sync` of several objects."""
+        return [self.get_ranges_sync(k, r, ctx, reuse=reuse) for k, r in requests]
+
+    def advise(self, keys: Sequence[str]) -> None:
+        """Hint that these objects will be read soon (local files: ``WILLNEED``)."""
+
+    # -- one request ----------------------------------------------------------------------------
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         raise NotImplementedError
 
-    def advise(self, keys: Sequence[str], ranges: ByteRange | Sequence[ByteRange] | None = None) -> None:
-        """Hint that these objects (``ranges``: these bytes of them, one range for all or one
-        per key) will be read soon (local files: ``WILLNEED``)."""
+    async def _request(self, key: str, rng: ByteRange | None, ctx: Any) -> Buffer | None:
+        _count(ctx, "store_requests")
+        if rng is not None:
+            _count(ctx, "range_requests")
+        link = self.link
+        started = link.start()
+        out = None
+        try:
+            out = await with_retries(lambda: self._get(key, rng), self.url(key), self.classify, ctx)
+        finally:
+            link.record(0 if out is None else len(out), time.monotonic() - started)
+        return out
+
+    async def _from_whole(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any, body: Buffer | None
+    ) -> list[Buffer] | None:
+        """``ranges`` cut from the whole object's ``body`` (None: a whole GET first)."""
+        if any(r is not None for r in ranges):
+            _count(ctx, "whole_object_fallbacks")
+        if body is None:
+            body = await self._request(key, None, ctx)
+            if body is None:
+                return None
+        return [body if r is None else _cut(body, 0, r) for r in ranges]
 
     def classify(self, exc: BaseException) -> str:
-        """``"missing"``, ``"retry"`` or ``"fatal"`` for a failed request."""
+        """``"missing"``, ``"retry"``, ``"fatal"`` or ``"whole"`` for a failed request."""
         return classify_error(exc)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
 
 
-def count_range(rng: ByteRange | None) -> None:
-    """Count one request to the store (and one byte-range request when ``rng`` is given)."""
-    count_io("store_requests")
-    if rng is not None:
-        count_io("range_requests")
+def _longer_than_asked(out: Buffer, rng: ByteRange | None) -> bool:
+    """Whether ``out`` cannot be the answer to ``rng`` (it is the whole object)."""
+    if rng is None:
+        return False
+    if rng.is_suffix:
+        return len(out) > -rng.start
+    return rng.stop is not None and len(out) > rng.stop - rng.start
 
 
 # -- retries ----------------------------------------------------------------------------------
 
 
 async def with_retries(
-    attempt: Callable[[], Awaitable[Buffer | None]], what: str, classify: Callable[[BaseException], str]
+    attempt: Callable[[], Awaitable[Buffer | None]], what: str,
+    classify: Callable[[BaseException], str], ctx: Any,
 ) -> Buffer | None:
-    """``await attempt()`` within ``config.http_timeout``, retrying what is transient."""
-    settings = config.get()
+    """``await attempt()`` within ``ctx``'s ``http_timeout``, retrying what is transient
+    (``ctx`` None: one attempt, no time limit of tsexplore's)."""
+    settings = None if ctx is None else ctx.settings
     tries = 0
     while True:
         try:
+            if settings is None:
+                return await attempt()
             return await asyncio.wait_for(attempt(), settings.http_timeout)
         except (asyncio.CancelledError, RangeIgnored):
             raise
@@ -220,14 +328,15 @@ async def with_retries(
             return None
         if kind == "whole":
             raise RangeIgnored() from error
-        if kind == "fatal" or tries >= settings.retries:
-            raise _final(kind, error, what, tries + 1, settings.http_timeout) from error
-        count_retry()
+        if settings is None or kind == "fatal" or tries >= settings.retries:
+            timeout = None if settings is None else settings.http_timeout
+            raise _final(kind, error, what, tries + 1, timeout) from error
+        _count(ctx, "retries")
         await asyncio.sleep(settings.retry_backoff * (2**tries) * (0.5 + random.random()))
         tries += 1
 
 
-def _final(kind: str, exc: BaseException, what: str, attempts: int, timeout: float) -> Exception:
+def _final(kind: str, exc: BaseException, what: str, attempts: int, timeout: float | None) -> Exception:
     if kind == "timeout":
         return ReadTimeoutError(
             f"no answer from {what} within {timeout} s ({attempts} attempt(s)); "
@@ -317,10 +426,20 @@ def _chain(exc: BaseException) -> list[BaseException]:
 _scratch = threading.local()
 
 
+def _scratch_view(nbytes: int) -> memoryview:
+    """This thread's scratch buffer, at least ``nbytes`` long (reused, so reading a chunk
+    file does not first-touch fresh pages)."""
+    buf: bytearray | None = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _scratch.buf = bytearray(max(nbytes, 2 * len(buf) if buf is not None else 0))
+    return memoryview(buf)
+
+
 class LocalFiles(ByteStore):
-    """Files under a folder, read with ``os.pread`` (blocking: call from a read thread)."""
+    """Files under a folder, read with ``os.preadv`` (blocking: call from a read thread)."""
 
     sync = True
+    gap_default = LOCAL_GAP
 
     def __init__(self, root: str) -> None:
         self.root = root[len("file://") :] if root.startswith("file://") else root
@@ -329,112 +448,125 @@ class LocalFiles(ByteStore):
     def path(self, key: str) -> str:
         return os.path.join(self.root, key)
 
-    def get_sync(
-        self, key: str, rng: ByteRange | None = None, *, reuse: bool = False
-    ) -> Buffer | None:
-        """``reuse=True``: a view of this thread's scratch buffer (decoders copy out; a new
-        buffer per chunk is fresh memory, and first touches of fresh pages are dear: see
-        :mod:`.buffers`)."""
-        count_range(rng)
-        try:
-            fd = os.open(self.path(key), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            if rng is None or rng.is_suffix or rng.stop is None:
-                size = os.fstat(fd).st_size
-                start = 0 if rng is None else max(0, size + rng.start) if rng.is_suffix else rng.start
-                stop = size
-            else:
-                start, stop = rng.start, rng.stop
-            return _pread(fd, start, max(0, stop - start), reuse, grow=rng is None)
-        finally:
-            os.close(fd)
+    def gap(self) -> int:
+        return LOCAL_GAP
 
-    async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, contextvars.copy_context().run, self.get_sync, key, rng)
+    async def get_ranges(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any = None
+    ) -> list[Buffer] | None:
+        return self.get_ranges_sync(key, ranges, ctx)
 
-    @contextlib.contextmanager
-    def opened(self, keys: Sequence[str]) -> Iterator[dict[str, int | None]]:
-        """Each file of ``keys`` opened once for reading (None: missing), closed on leaving:
-        a batch of part reads hints and reads each file through one descriptor."""
+    def get_many_sync(
+        self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None,
+        *, reuse: bool = False,
+    ) -> list[list[Buffer] | None]:
+        """Each file opened once; the kernel told of every range of every file before any
+        is read, so the disk works on all of them at once."""
         fds: dict[str, int | None] = {}
+        plans = []
         try:
-            for key in keys:
+            for key, ranges in requests:
                 if key not in fds:
-                    try:
-                        fds[key] = os.open(self.path(key), os.O_RDONLY)
-                    except FileNotFoundError:
-                        fds[key] = None
-            yield fds
+                    fds[key] = _open(self.path(key))
+                fd = fds[key]
+                plan = None if fd is None else self._plan(fd, ranges)
+                plans.append(plan)
+                if plan is not None and len(requests) > 1:
+                    for start, stop, _ in plan[0]:
+                        hint(fd, start, stop - start)  # type: ignore[arg-type]
+            total = sum(sum(b - a for a, b, _ in p[0]) for p in plans if p is not None) if reuse else 0
+            arena = _scratch_view(total) if reuse else None
+            out: list[list[Buffer] | None] = []
+            at = 0
+            for (key, ranges), plan in zip(requests, plans):
+                fd = fds[key]
+                if fd is None or plan is None:
+                    out.append(None)
+                    continue
+                reads, cuts = plan
+                bodies = []
+                for start, stop, run in reads:
+                    if arena is not None:
+                        view = arena[at : at + stop - start]
+                        at += stop - start
+                    else:
+                        view = memoryview(np.empty(stop - start, dtype=np.uint8)).cast("B")
+                    _count(ctx, "store_requests")
+                    if any(ranges[m] is not None for m in run.members):
+                        _count(ctx, "range_requests")
+                    bodies.append(view[: read_into(fd, start, view)])
+                out.append([_cut(bodies[k], reads[k][0], rng) for k, rng in cuts])
+            return out
         finally:
             for fd in fds.values():
                 if fd is not None:
                     os.close(fd)
 
-    @staticmethod
-    def hint(fd: int, rng: ByteRange) -> None:
-        """Ask the kernel to start reading bytes ``rng`` of the open file ``fd`` (``(0, 0)``:
-        the whole file); only a hint: where the system refuses, nothing happens."""
-        if hasattr(os, "posix_fadvise"):
-            try:
-                os.posix_fadvise(fd, rng.start, len(rng), os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
+    def get_ranges_sync(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any = None, *, reuse: bool = False
+    ) -> list[Buffer] | None:
+        return self.get_many_sync([(key, ranges)], ctx, reuse=reuse)[0]
 
     @staticmethod
-    def read_into(fd: int, rng: ByteRange, out: memoryview) -> int:
-        """Bytes ``rng`` of the open file ``fd`` into ``out`` (``len(rng)`` long); the bytes
-        read (fewer at the end of the file)."""
-        count_range(rng)
-        got, n = 0, len(out)
-        while got < n:
-            k = os.preadv(fd, [out[got:]], rng.start + got)
-            if not k:
-                break
-            got += k
-        return got
+    def _plan(fd: int, ranges: Sequence[ByteRange | None]) -> tuple[list[tuple[int, int, Run | None]],
+                                                                     list[tuple[int, ByteRange]]]:
+        """The reads (start, stop, run) that serve ``ranges`` of the open file, and for each
+        range which read holds it (a range of the whole file for None and suffixes)."""
+        size = None
+        absolute: list[ByteRange] = []
+        for rng in ranges:
+            if rng is None or not rng.bounded:
+                if size is None:
+                    size = os.fstat(fd).st_size
+                if rng is None:
+                    rng = ByteRange(0, size)
+                elif rng.is_suffix:
+                    rng = ByteRange(max(0, size + rng.start), size)
+                else:
+                    rng = ByteRange(rng.start, size)
+            absolute.append(rng)
+        runs = coalesce(absolute, LOCAL_GAP)
+        reads = [(run.start, run.stop, run) for run in runs]
+        which = {m: k for k, run in enumerate(runs) for m in run.members}
+        return reads, [(which[i], rng) for i, rng in enumerate(absolute)]
 
-    def advise(self, keys: Sequence[str], ranges: ByteRange | Sequence[ByteRange] | None = None) -> None:
-        """Ask the kernel to start reading these files, or these bytes of them (``WILLNEED``),
-        so cold reads overlap with decoding instead of waiting on the disk one by one."""
-        if not hasattr(os, "posix_fadvise"):
-            return
-        if ranges is None or isinstance(ranges, ByteRange):
-            ranges = [ranges or ByteRange(0, 0)] * len(keys)  # (0, 0): the whole file
-        for key, rng in zip(keys, ranges):
-            try:
-                fd = os.open(self.path(key), os.O_RDONLY)
-            except OSError:
-                continue  # a missing file is reported by its read
-            try:
-                self.hint(fd, rng)
-            finally:
-                os.close(fd)
+    def advise(self, keys: Sequence[str]) -> None:
+        """Ask the kernel to start reading these files (``WILLNEED``), so cold reads overlap
+        with decoding instead of waiting on the disk one by one."""
+        for key in keys:
+            fd = _open(self.path(key))
+            if fd is not None:
+                try:
+                    hint(fd, 0, 0)
+                finally:
+                    os.close(fd)
 
 
-def _pread(fd: int, start: int, n: int, reuse: bool, grow: bool) -> memoryview | np.ndarray:
-    """``n`` bytes at ``start`` (fewer at the end of the file; ``grow``: and more if the file
-    grew since it was sized, read to its end)."""
-    if reuse:
-        buf: bytearray | None = getattr(_scratch, "buf", None)
-        if buf is None or len(buf) < n + 1:
-            buf = bytearray(max(n + 1, 2 * len(buf) if buf is not None else 0))
-            _scratch.buf = buf
-        view = memoryview(buf)
-    else:
-        view = memoryview(buffers.empty(n + 1 if grow else n))  # type: ignore[arg-type]  # recycled when unused
-    got = 0
-    while got < n or (grow and got == len(view)):
-        if got == len(view):  # the file grew: enlarge and keep reading
-            bigger = bytearray(2 * len(view))
-            bigger[:got] = view[:got]
-            view = memoryview(bigger)
-            if reuse:
-                _scratch.buf = bigger
-        k = os.preadv(fd, [view[got : len(view) if grow else n]], start + got)
+def _open(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+
+
+def hint(fd: int, start: int, length: int) -> None:
+    """Ask the kernel to start reading bytes ``start .. start + length`` of the open file
+    ``fd`` (``length`` 0: to its end); only a hint: where the system refuses, nothing
+    happens."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+
+
+def read_into(fd: int, start: int, out: memoryview) -> int:
+    """Bytes of the open file ``fd`` from ``start`` into ``out``; the bytes read (fewer at
+    the end of the file)."""
+    got, n = 0, len(out)
+    while got < n:
+        k = os.preadv(fd, [out[got:]], start + got)
         if not k:
             break
         got += k
-    return view[:got]
+    return got

@@ -8,22 +8,26 @@ All three implement :class:`~.bytes.ByteStore` (bytes of an object by key and by
 - :class:`ObstoreBytes`: obstore's Rust client (its own connection pool) for ``http(s)://``
   and ``s3://``, its retries off;
 - :class:`ZarrStoreBytes`: any ``zarr.abc.store.Store`` (icechunk sessions,
-  ``ObjectStore``, ``FsspecStore``, ``MemoryStore``, references), asked on zarr's own loop.
+  ``ObjectStore``, ``FsspecStore``, ``MemoryStore``, references), whose coroutines the engine
+  runs on zarr's own loop (``home = "zarr"``: the stores keep their sessions there).
 
-:func:`byte_store_for` picks one for a path or URL (``config.remote_reader``);
+:func:`byte_store_for` picks one for a path or URL (the ``reader`` of the source's options);
 :func:`byte_store_for_zarr` wraps a zarr store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
-from .. import config
-from ..errors import MissingDependencyError
-from .bytes import Buffer, ByteRange, ByteStore, LocalFiles, RangeIgnored, count_range
+from ..config import REMOTE_READERS
+from ..errors import ConfigError, MissingDependencyError
+from .bytes import Buffer, ByteRange, ByteStore, LocalFiles, RangeIgnored
+#: obstore's own request timeout: a backstop behind tsexplore's per-attempt ``http_timeout``
+OBSTORE_BACKSTOP = timedelta(seconds=600)
 
 # -- fsspec -------------------------------------------------------------------------------------
 
@@ -104,20 +108,20 @@ class FsspecBytes(ByteStore):
 
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
-    def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
-        count_range(rng)
+    def get_ranges_sync(
+        self, key: str, ranges: Sequence[ByteRange | None], ctx: Any = None, *, reuse: bool = False
+    ) -> list[Buffer] | None:
         fs = self._sync_fs()
-        start, stop = _start_stop(rng)
-        try:
-            return fs.cat_file(self.url(key), start=start, end=stop)
-        except FileNotFoundError:
-            return None
-
-    async def get(self, key: str, rng: ByteRange | None = None) -> Buffer | None:
-        if self.sync:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, contextvars.copy_context().run, self.get_sync, key, rng)
-        return await super().get(key, rng)
+        out = []
+        for rng in ranges:
+            if ctx is not None:
+                ctx.count("store_requests", 1)
+            start, stop = _start_stop(rng)
+            try:
+                out.append(fs.cat_file(self.url(key), start=start, end=stop))
+            except FileNotFoundError:
+                return None
+        return out
 
     async def _get(self, key: str, rng: ByteRange | None) -> Buffer | None:
         fs = await get_async_fs(self.protocol, self.storage_options)
@@ -187,15 +191,10 @@ def obstore_for(root: str, storage_options: dict[str, Any]) -> ObstoreBytes | No
         import obstore  # noqa: F401
     except ImportError:
         return None
-    from datetime import timedelta
-
-    settings = config.get()
-    retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=settings.http_timeout),
-             "backoff": {"init_backoff": timedelta(seconds=0.1),
-                         "max_backoff": timedelta(seconds=1), "base": 2.0}}
-    # obstore's own timeout is a backstop: tsexplore's (http_timeout, per attempt) comes first
-    backstop = timedelta(seconds=2 * settings.http_timeout + 5)
-    client: Any = {"timeout": backstop, "allow_http": True}
+    retry: Any = {"max_retries": 0, "retry_timeout": OBSTORE_BACKSTOP,
+                  "backoff": {"init_backoff": timedelta(seconds=0.1),
+                              "max_backoff": timedelta(seconds=1), "base": 2.0}}
+    client: Any = {"timeout": OBSTORE_BACKSTOP, "allow_http": True}
     protocol, _, rest = root.partition("://")
     try:
         if protocol in ("http", "https"):
@@ -244,13 +243,14 @@ def _s3_config(options: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def byte_store_for(root: str, storage_options: dict[str, Any] | None = None) -> ByteStore:
-    """The byte store for a path or URL: local files, obstore (``config.remote_reader``:
-    ``"auto"`` takes it when installed and the options translate) or fsspec."""
+def byte_store_for(root: str, storage_options: dict[str, Any] | None = None, reader: str = "auto") -> ByteStore:
+    """The byte store for a path or URL: local files, obstore (``reader``: ``"auto"`` takes
+    it when installed and the options translate; ``"obstore"``) or fsspec (``"fsspec"``)."""
+    if reader not in REMOTE_READERS:
+        raise ConfigError(f"remote_reader must be one of {REMOTE_READERS}, got {reader!r}")
     options = dict(storage_options or {})
     if "://" not in root or root.startswith("file://"):
         return LocalFiles(root)
-    reader = config.get().remote_reader
     if reader in ("auto", "obstore"):
         found = obstore_for(root.rstrip("/"), options)
         if found is not None:
@@ -268,8 +268,10 @@ def byte_store_for(root: str, storage_options: dict[str, Any] | None = None) -> 
 
 
 class ZarrStoreBytes(ByteStore):
-    """Any ``zarr.abc.store.Store``, asked on zarr's own event loop (where the store's
-    sessions live), awaited from the engine's."""
+    """Any ``zarr.abc.store.Store``; its requests run on zarr's own event loop (``home``),
+    where the store's sessions live."""
+
+    home = "zarr"
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -289,16 +291,8 @@ class ZarrStoreBytes(ByteStore):
                 return b""
             else:
                 request = RangeByteRequest(rng.start, rng.stop)
-        buf = await on_zarr_loop(self.store.get(key, prototype=default_buffer_prototype(), byte_range=request))
+        buf = await self.store.get(key, prototype=default_buffer_prototype(), byte_range=request)
         return None if buf is None else buf.as_numpy_array()
-
-
-def on_zarr_loop(coro: Any) -> asyncio.Future[Any]:
-    """``coro`` run on zarr's own event loop (where zarr stores keep their sessions),
-    awaitable from this one; cancelling the answer cancels the coroutine there."""
-    from zarr.core.sync import _get_loop
-
-    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
 
 def byte_store_for_zarr(store: Any) -> ByteStore:

@@ -52,7 +52,6 @@ class SyntheticSource(SyncChunkSource):
         self.attrs = {"source": "tsexplore synthetic", "seed": seed}
         ident = f"{shape}{self.chunks}{self.dtype}{seed}".encode()
         self.token = "synthetic-" + hashlib.sha1(ident).hexdigest()[:16]
-        self.latency_hint = latency or None
 
     def evaluate(self, region: tuple[slice, ...]) -> np.ndarray:
         """The content of ``region`` (slices with step 1), independent of the chunk grid."""

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
 from ..errors import SourceError
 from .remote import obstore_for
 
@@ -139,7 +138,7 @@ def _child(group: Any, path: str, where: Any) -> Any:
 
 def _open_zarr(
     store: Any, so: dict[str, Any] | None, group: str | None, consolidated: bool | None,
-    zarr_format: int | None,
+    zarr_format: int | None, reader: str = "auto",
 ) -> Any:
     """The node at ``group`` of ``store`` (a URL or a zarr ``Store``), with its metadata read
     as xarray's zarr engine reads it: ``consolidated=True`` requires consolidated metadata at
@@ -153,7 +152,7 @@ def _open_zarr(
         kw["storage_options"] = so
     path = (group or "").strip("/")
     if isinstance(store, str) and is_remote(store) and consolidated is not False:
-        found = _group_from_one_document(store, so, zarr_format, consolidated)
+        found = _group_from_one_document(store, so, zarr_format, consolidated, reader)
         if found is not None:
             return _child(found, path, store)
     if consolidated:
@@ -176,7 +175,8 @@ def _open_zarr(
 
 
 def _group_from_one_document(
-    url: str, so: dict[str, Any] | None, zarr_format: int | None, consolidated: bool | None
+    url: str, so: dict[str, Any] | None, zarr_format: int | None, consolidated: bool | None,
+    reader: str = "auto",
 ) -> Any:
     """A remote group from one metadata request: its ``zarr.json`` (v3, with consolidated
     metadata when the writer put it there) or its ``.zmetadata`` (v2, which holds the root's
@@ -199,13 +199,13 @@ def _group_from_one_document(
     where = StorePath(store, "")
     proto = default_buffer_prototype()
     # one GET (s3fs sends a HEAD first), unless the remote reader is set to fsspec
-    fast = obstore_for(url.rstrip("/"), dict(so or {})) if config.get().remote_reader != "fsspec" else None
+    fast = obstore_for(url.rstrip("/"), dict(so or {})) if reader != "fsspec" else None
 
     async def get(key: str) -> Any:
         if fast is None:
             return await store.get(key, proto)
-        got = await fast.get(key)
-        return None if got is None else proto.buffer.from_bytes(bytes(got))
+        got = await fast.get_ranges(key, [None])
+        return None if got is None else proto.buffer.from_bytes(bytes(got[0]))
 
     async def read() -> Any:
         if zarr_format in (None, 3):
@@ -244,6 +244,7 @@ def open_node(
     group: str | None = None,
     consolidated: bool | None = None,
     zarr_format: int | None = None,
+    reader: str = "auto",
 ) -> tuple[Any, str, Any]:
     """(zarr node, root name, store object or None) for a path/URL, a zarr ``Store``, a
     ``zarr.Group`` or a ``zarr.Array``; ``group``, ``consolidated`` and ``zarr_format`` as
@@ -276,7 +277,7 @@ def open_node(
         return node, root, store
     so = storage_options or None
     try:
-        node = _open_zarr(root, so, group, consolidated, zarr_format)
+        node = _open_zarr(root, so, group, consolidated, zarr_format, reader)
     except SourceError:
         raise
     except FileNotFoundError as exc:

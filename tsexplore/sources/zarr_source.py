@@ -1,17 +1,18 @@
 """Zarr v2 and v3 arrays: on local disk, behind any fsspec URL, or in any zarr ``Store``.
 
 zarr-python 3 reads the metadata (shape, chunk grid, codecs, chunk-key encoding, attributes).
-Chunk bytes are then fetched directly through a :class:`~.bytes.ByteStore` -- a plain file
-read for local stores, obstore or fsspec on the engine's loop for remote ones (with a
-timeout and jittered retries of what is transient), the store's own async ``get`` for a
-zarr ``Store`` object (icechunk sessions, ``ObjectStore``, ``FsspecStore``, ``MemoryStore``,
-references) -- and decoded by :mod:`tsexplore.sources.codecs`, which checks sizes before
-allocating. Sharded arrays are read natively (:mod:`.sharding`): the chunk grid is the
-inner chunks', each shard's index is read once and kept in the engine's cache, inner chunks
-are fetched by byte range, neighbours coalesced. Codec chains outside that set (transpose,
-filters, strings, nested shards) are read through zarr's own async API.
+Chunks are then read by the engine's pipeline: this source says where a request's bytes are
+(:meth:`ZarrSource.locate`) and decodes them (:meth:`ZarrSource.decode`); the bytes come
+through a :class:`~.bytes.ByteStore` -- plain file reads for local stores, obstore or fsspec
+for remote ones, the store's own ``get`` for a zarr ``Store`` object (icechunk sessions,
+``ObjectStore``, ``FsspecStore``, ``MemoryStore``, references) -- and are decoded by
+:mod:`tsexplore.sources.codecs`, which checks sizes before allocating. Sharded arrays are read
+natively (:mod:`.sharding`): the chunk grid is the inner chunks', each shard's index is read
+once and kept by the engine, inner chunks are byte ranges of their shard. Boxes of blosc chunks
+are read from their blocks (:mod:`.parts`). Codec chains outside that set (transpose, filters,
+strings, nested shards) are read through zarr's own async API (the source then reads itself).
 
-A chunk that the store lacks reads as the array's fill value, as the Zarr spec, zarr-python and
+A chunk the store lacks reads as the array's fill value, as the Zarr spec, zarr-python and
 xarray read it (zarr writes no chunk equal to the fill value); the engine counts it
 (``missing_filled``) and the chunk map shows it as absent. ``missing="raise"`` (the strict
 opt-in) raises :class:`MissingChunkError` instead. Dims, attributes and encoding come from
@@ -21,21 +22,21 @@ opt-in) raises :class:`MissingChunkError` instead. Dims, attributes and encoding
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import uuid
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import config
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
-from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, native_dtype
-from .bytes import ByteRange, ByteStore
-from .codecs import chain_from_zarr
-from .parts import Where, reader_for
-from .remote import byte_store_for, byte_store_for_zarr, close_async_fs, on_zarr_loop
-from .sharding import ShardReader, layout_from_zarr
+from ._cblosc2 import item_decoder
+from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, ReadContext, SourceOptions, native_dtype
+from .bytes import ByteStore
+from .codecs import CodecChain, chain_from_zarr
+from .parts import BloscBlocks
+from .remote import byte_store_for, byte_store_for_zarr, close_async_fs
+from .requests import SELF, AuxKey, Blocks, ChunkRequest, Located, NeedAux
+from .sharding import ShardLayout, layout_from_zarr
 from .zarr_meta import (
     STORE_PROTOCOLS,
     absent_fill,
@@ -46,6 +47,21 @@ from .zarr_meta import (
 )
 
 __all__ = ["STORE_PROTOCOLS", "ZarrSource", "close_async_fs", "open_node", "open_zarr_group"]
+
+
+class Where:
+    """Names a chunk of a source in an error message, formatted only when one is raised."""
+
+    __slots__ = ("source", "index")
+
+    def __init__(self, source: ZarrSource, index: ChunkIndex) -> None:
+        self.source, self.index = source, index
+
+    def __str__(self) -> str:
+        return self.source._where(self.index)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 class ZarrSource(ChunkSource):
@@ -63,7 +79,7 @@ class ZarrSource(ChunkSource):
         arrays take them from their ``multiscales`` axes). ``store``: the zarr ``Store``
         object the array lives in, when it was opened from one (``root`` then only names
         it); chunk bytes then come from its ``get``."""
-        self._array = array  # a zarr.Array, used for metadata and the zarr-decoded path
+        self._array = array  # a zarr.Array: metadata, and the reads left to zarr
         self.root = root.rstrip("/")
         self.name = name
         self.path = array.path
@@ -83,26 +99,42 @@ class ZarrSource(ChunkSource):
         self.fill_value = absent_fill(array, self.dtype)
         self.storage_options = dict(storage_options or {})
         self.options = options
-        self._store = store
-        self._bytes: ByteStore = (
-            byte_store_for_zarr(store) if store is not None else byte_store_for(self.root, storage_options)
+        self._zarr_store = store
+        self.store: ByteStore = (
+            byte_store_for_zarr(store) if store is not None
+            else byte_store_for(self.root, storage_options, options.reader)
         )
-        self._chain = chain_from_zarr(meta)
-        layout = layout_from_zarr(meta) if self._chain is None else None
-        self._shards = ShardReader(self, layout, self._bytes) if layout is not None else None
-        if self._shards is not None:
-            self._chain = layout.inner_chain  # type: ignore[union-attr]
-            self.coalesces = True
-            self.max_batch = self._shards.max_batch
-        self.is_async = not self._bytes.sync
+        self.chain: CodecChain | None = chain_from_zarr(meta)
+        self.shards: ShardLayout | None = layout_from_zarr(meta) if self.chain is None else None
+        if self.shards is not None:
+            self.chain = self.shards.inner_chain
+            self.max_batch = self.shards.max_batch(self.chunk_nbytes(), self.store.sync)
+        self.blocks = self._blocks_reader()
+        self.awaits = self.chain is None
+        self.is_async = self.awaits or not self.store.sync
         self.remote = is_remote(self.root) and store is None
-        self._present: set[str] = set()  # store keys seen present (the zarr-decoded path)
+        self._present: set[str] = set()  # store keys seen present (reads left to zarr)
         # Every open is a new version. Zarr writes chunks as separate files, so no cheap
         # stamp (the metadata's mtime) changes when they are rewritten: a token shared
         # between opens served stale chunks from the cache after ``arr[...] = new`` (and
         # fill values cached under missing="fill" to a later missing="raise" open).
         # Pickled copies (dask workers) keep the token of the open they came from.
         self.token = f"zarr-{self.root}/{self.path}@{uuid.uuid4().hex[:12]}"
+
+    def _blocks_reader(self) -> BloscBlocks | None:
+        """Parts of chunks from their blosc blocks: for C-ordered blosc chunks without a
+        checksum, read natively (not from shards, not from zarr Store objects or blocking
+        filesystems other than local files: those read whole)."""
+        chain = self.chain
+        if chain is None or self.shards is not None or chain.crc32c or chain.order != "C":
+            return None
+        if getattr(chain.compressor, "codec_id", None) != "blosc" or item_decoder() is None:
+            return None
+        if self.store.sync and type(self.store).__name__ != "LocalFiles":
+            return None
+        if self._zarr_store is not None and not self.store.sync:
+            return None
+        return BloscBlocks(self.chunks, chain.dtype, self._decode_whole)
 
     def __getstate__(self) -> dict[str, Any]:
         inner = getattr(self._array.store, "store", None)  # zarr's ObjectStore wraps obstore's
@@ -111,24 +143,15 @@ class ZarrSource(ChunkSource):
                 f"{self.token}: its store is an obstore MemoryStore, which lives in this process "
                 "only and cannot be sent to another one (a dask worker, a DataLoader worker); "
                 "write it to a folder, a zarr MemoryStore or an object store to read it there")
-        state = dict(self.__dict__)
-        state.pop("_parts", None)
-        return state
+        return dict(self.__dict__)
 
     @property
     def decoder(self) -> str:
         """Who decodes chunks: ``"tsexplore"``, ``"tsexplore-sharded"`` (inner chunks read
         natively) or ``"zarr"`` (codec chains tsexplore leaves to zarr's pipeline)."""
-        if self._shards is not None:
+        if self.shards is not None:
             return "tsexplore-sharded"
-        return "zarr" if self._chain is None else "tsexplore"
-
-    def partial_reader(self) -> Any:
-        """Reads only the blosc blocks a region of a chunk needs (None: chunks read whole)."""
-        parts = self.__dict__.get("_parts", False)
-        if parts is False or (parts is not None and parts.source is not self):
-            parts = self._parts = reader_for(self)
-        return parts
+        return "zarr" if self.chain is None else "tsexplore"
 
     # -- keys -------------------------------------------------------------------------------
     def _key(self, index: tuple[int, ...]) -> str:
@@ -147,67 +170,62 @@ class ZarrSource(ChunkSource):
         return self._key(shard)
 
     def _where(self, index: ChunkIndex) -> str:
-        inner = "inner chunk" if self._shards is not None else "chunk"
+        inner = "inner chunk" if self.shards is not None else "chunk"
         return f"{inner} {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
 
-    # -- batches of inner chunks (sharded arrays) --------------------------------------------
-    def coalesce_key(self, index: ChunkIndex) -> Hashable | None:
-        if self._shards is None:
+    def batch_key(self, index: ChunkIndex) -> Hashable | None:
+        if self.shards is None:
             return None
-        cps = self._shards.layout.chunks_per_shard
-        return tuple(i // n for i, n in zip(index, cps))
+        return self.shards.shard_of(index)[0]
 
-    def read_chunks_counted(self, indices: Sequence[ChunkIndex]) -> list[Awaitable[tuple[np.ndarray, int]]]:
-        if self._shards is None:
-            return super().read_chunks_counted(indices)
-        for index in indices:
-            self.check_index(index)
-        return self._shards.read_batch(indices)
+    # -- the pipeline's questions --------------------------------------------------------------
+    def locate(self, request: ChunkRequest, aux: Callable[[AuxKey], Any],
+               ranges_pay: Callable[[int, int, bool], bool] | None = None) -> Located | NeedAux:
+        """Where the bytes of ``request`` are: a shard's byte range (sharded arrays), the
+        byte ranges of a box's blosc blocks (``ranges_pay``: see :meth:`BloscBlocks.locate`),
+        or the chunk's whole object. Codec chains left to zarr read themselves."""
+        if self.chain is None:
+            return SELF
+        index = request.index
+        if self.shards is not None:
+            return self.shards.locate(self.token, index, self.shard_key, aux)
+        box = request.box
+        if box is not None and self.blocks is not None:
+            return self.blocks.locate(self.token, index, box, self.chunk_key(index), aux, ranges_pay)
+        return Located(self.chunk_key(index))
 
-    # -- reading ----------------------------------------------------------------------------
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        self.check_index(index)
-        if self._shards is not None:
-            return await self._shards.read_batch([index])[0]
-        if self._chain is None:
-            return await self._read_with_zarr(index)
-        loop = asyncio.get_running_loop()
-        if self._bytes.sync:  # fetched and decoded in one trip to a read thread
-            return await loop.run_in_executor(None, contextvars.copy_context().run, self._read_sync, index)
-        buf = await self._fetch_stored(index)
-        return await loop.run_in_executor(None, self._decode, buf, index), len(buf)
+    def parse_aux(self, aux: AuxKey, data: Any) -> tuple[Any, int] | NeedAux:
+        if aux.kind == "index":
+            assert self.shards is not None
+            return self.shards.parse_index(data, f"shard {aux.at} ({self.shard_key(aux.at)!r})")
+        assert self.blocks is not None
+        return self.blocks.parse_head(aux, self.chunk_key(aux.at), data, Where(self, aux.at))
 
-    def _named(self, exc: ChunkReadError, index: ChunkIndex) -> ChunkReadError:
-        """``exc`` (from the byte store) naming this chunk."""
-        return type(exc)(f"{self._where(index)}: {exc}", source=self.token, index=tuple(index))
+    def decode(self, request: ChunkRequest, located: Located, data: list[Any]) -> tuple[np.ndarray, int]:
+        index = request.index
+        if isinstance(request.part, Blocks) and self.blocks is not None:
+            values, decoded = self.blocks.decode(located, data, index, request.part.box, Where(self, index))
+            return (values if values.dtype.isnative else values.astype(self.dtype)), decoded
+        arr = self._decode_whole(data[0], index)
+        if isinstance(request.part, Blocks):  # a part asked of a chunk without blocks
+            arr = arr[tuple(slice(lo, hi) for lo, hi in request.part.box)]
+        return arr, arr.nbytes
 
-    def _decode(self, buf: Any, index: ChunkIndex) -> np.ndarray:
-        assert self._chain is not None
-        try:
-            # the chunk named in words only when an error is raised (not on every decode)
-            arr = self._chain.decode(buf, self.chunks, Where(self, tuple(index)))
-        except ChunkReadError as exc:  # the codecs name the chunk in words; add the fields
-            exc.source = exc.source or self.token
-            exc.index = exc.index if exc.index is not None else tuple(index)
-            raise
+    def _decode_whole(self, buf: Any, index: ChunkIndex) -> np.ndarray:
+        assert self.chain is not None
+        arr = self.chain.decode(buf, self.chunks, Where(self, tuple(index)))
         if any((i + 1) * c > n for i, c, n in zip(index, self.chunks, self.shape)):  # an edge
             arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in self.chunk_shape(index))])
         return arr
 
-    def _read_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        buf = self._bytes.get_sync(self.chunk_key(index), reuse=True)  # valid until the next read
-        if buf is None:
-            raise self._missing(index)
-        return self._decode(buf, index), len(buf)
-
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
-        """Local stores: the byte store asks the kernel to start reading these chunk files
-        (or the shards holding these inner chunks), so cold reads overlap with decoding
-        instead of waiting on the disk one by one."""
-        if self._chain is not None:
-            self._bytes.advise(list(dict.fromkeys(self.chunk_key(index) for index in indices)))
+        """Local stores: ask the kernel to start reading these chunk files (or the shards
+        holding these inner chunks), so cold reads overlap with decoding instead of waiting on
+        the disk one by one."""
+        if self.chain is not None:
+            self.store.advise(list(dict.fromkeys(self.chunk_key(index) for index in indices)))
 
-    def _missing(self, index: ChunkIndex) -> MissingChunkError:
+    def missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
             f"{self._where(index)} is missing from the store (opened with missing='raise'). "
             "zarr writes no chunk equal to the fill value; open with missing='fill' (the "
@@ -221,49 +239,36 @@ class ZarrSource(ChunkSource):
         reads as the dtype's default)."""
         return np.full(self.chunk_shape(index), self.fill_value, dtype=self.dtype)
 
-    # -- the zarr-decoded path ----------------------------------------------------------------
-    async def _fetch_stored(
-        self, index: ChunkIndex, start: int | None = None, end: int | None = None
-    ) -> Any:
-        """The stored chunk ``index`` (bytes ``start:end`` of it when given) from the
-        (asynchronous) byte store, with its retries, named and a missing one raised; a part comes back as ``bytes`` (the part reader joins them),
-        a whole chunk as the store's buffer."""
-        rng = None if start is None and end is None else ByteRange(start or 0, end)
-        try:
-            buf = await self._bytes.get(self.chunk_key(index), rng)
-        except ChunkReadError as exc:
-            raise self._named(exc, index) from exc
-        if buf is None:
-            raise self._missing(index)
-        return bytes(buf) if rng is not None else buf
-
-    async def _absent_in_store(self, store: Any, index: ChunkIndex) -> bool:
+    # -- codec chains left to zarr -----------------------------------------------------------------
+    async def _absent_in_store(self, store: Any, index: ChunkIndex, timeout: float) -> bool:
         """True when the chunk (or its whole shard) is not in the store. Present keys are
         remembered, so a shard is looked up once, not once per inner chunk."""
         key = self.chunk_key(index)
         if key in self._present:
             return False
         try:
-            found = await asyncio.wait_for(store.exists(key), config.get().http_timeout)
+            found = await asyncio.wait_for(store.exists(key), timeout)
         except Exception:  # noqa: BLE001 - cannot tell: let zarr's read report what fails
             return False
         if found and len(self._present) < 1 << 16:
             self._present.add(key)
         return not found
 
-    async def _read_with_zarr(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        """Codec chains tsexplore does not decode itself: ask zarr's async API, on zarr's own
-        loop (where the array's store and its sessions live), awaited from this one."""
+    #: the read below runs on zarr's own event loop (where the array's store and sessions live)
+    home = "zarr"
+
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
+        """Codec chains tsexplore does not decode itself: zarr's async API (run by the engine
+        on zarr's own loop, ``home``)."""
         array = self._array._async_array
-        if await on_zarr_loop(self._absent_in_store(array.store, index)):
-            raise self._missing(index)  # zarr would fill it silently: let the policy decide
+        timeout = ctx.settings.http_timeout
+        if await self._absent_in_store(array.store, index, timeout):
+            raise self.missing(index)  # zarr would fill it silently: let the policy decide
         try:
-            arr = await asyncio.wait_for(
-                on_zarr_loop(array.getitem(self.chunk_slices(index))), config.get().http_timeout
-            )
+            arr = await asyncio.wait_for(array.getitem(self.chunk_slices(index)), timeout)
         except asyncio.TimeoutError:
             raise ReadTimeoutError(
-                f"{self._where(index)}: zarr read timed out after {config.get().http_timeout} s; "
+                f"{self._where(index)}: zarr read timed out after {timeout} s; "
                 "raise it with tse.config.set(http_timeout=...)",
                 source=self.token,
                 index=tuple(index),

@@ -8,7 +8,8 @@
 Every wrapper delegates its geometry (``shape``, ``dtype``, ``dims``, ``chunks``, ...) to the
 wrapped source and has a token of its own, so its chunks never share cache entries with the
 inner source (a counting wrapper would otherwise see the inner source's cached chunks as
-hits and count nothing).
+hits and count nothing). A wrapper reads for itself, on the engine's loop: it reads the
+wrapped source through the engine's stages (``ctx.read``), whatever that source is.
 """
 
 from __future__ import annotations
@@ -23,18 +24,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import ChunkReadError
-from ..sources.base import ChunkIndex, ChunkSource
+from ..sources.base import ChunkIndex, ChunkSource, ReadContext
 
 __all__ = ["CountingSource", "FaultySource", "LatencySource", "WrapperSource"]
 
-_GEOMETRY = (
-    "shape", "dtype", "dims", "chunks", "fill_value", "attrs", "encoding", "options",
-    "is_async", "latency_hint",
-)
+_GEOMETRY = ("shape", "dtype", "dims", "chunks", "fill_value", "attrs", "encoding", "options", "is_async")
 
 
 class WrapperSource(ChunkSource):
-    """A source that forwards everything to ``source``; subclasses change ``read_chunk_counted``.
+    """A source that forwards everything to ``source``; subclasses change ``read_chunk_async``.
 
     Attributes not defined on the wrapper (``path``, ``evaluate``, ``name``...) are read
     from the wrapped source.
@@ -52,14 +50,17 @@ class WrapperSource(ChunkSource):
         """The wrapped source."""
         return self._inner
 
+    #: reads on the engine's loop (through ``ctx.read``), in the wrapped source's lane
+    awaits = True
+
     def __getattr__(self, name: str) -> Any:
         # only called when normal lookup fails; guard against recursion during unpickling
         if name == "_inner" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
-        return await self._inner.read_chunk_counted(index)
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
+        return await ctx.read(self._inner, index)
 
     def close(self) -> None:
         self._inner.close()
@@ -81,12 +82,11 @@ class LatencySource(WrapperSource):
 
             raise ConfigError(f"latency must be >= 0 seconds, got {seconds}")
         self.seconds = float(seconds)
-        self.latency_hint = self.seconds or source.latency_hint
 
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
         if self.seconds:
             await asyncio.sleep(self.seconds)
-        return await self._inner.read_chunk_counted(index)
+        return await ctx.read(self._inner, index)
 
 
 class _Tally:
@@ -129,7 +129,7 @@ class CountingSource(WrapperSource):
     counts = property(lambda self: self._tally.counts, doc="reads started per chunk index")
     order = property(lambda self: self._tally.order, doc="chunk indices in the order read")
 
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
         index = tuple(int(i) for i in index)
         tally = self._tally
         with tally.lock:
@@ -139,7 +139,7 @@ class CountingSource(WrapperSource):
             tally.active += 1
             tally.max_active = max(tally.max_active, tally.active)
         try:
-            return await self._inner.read_chunk_counted(index)
+            return await ctx.read(self._inner, index)
         finally:
             with tally.lock:
                 tally.active -= 1
@@ -181,7 +181,7 @@ class FaultySource(WrapperSource):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
+    async def read_chunk_async(self, index: ChunkIndex, ctx: ReadContext) -> tuple[np.ndarray, int]:
         index = tuple(int(i) for i in index)
         with self._lock:
             rule = self.fail.get(index)
@@ -200,4 +200,4 @@ class FaultySource(WrapperSource):
                 self.failures[index] += 1
         if exc is not None:
             raise exc
-        return await self._inner.read_chunk_counted(index)
+        return await ctx.read(self._inner, index)

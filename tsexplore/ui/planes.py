@@ -72,7 +72,7 @@ def chunk_states(
     ys, xs = windows
     token = source.token
     cached = set() if engine is None else engine.cached_indices(token)
-    flying = set() if engine is None else {k.index for k in engine.in_flight_keys() if k.token == token}
+    flying = set() if engine is None else {k.index for k in engine.in_flight_keys() if k.array == token}
     absent = frozenset() if engine is None else engine.absent.indices(token)
     fixed = [d.pieces[0][0] if d.pieces else 0 for d in plan.dims]
     out = np.zeros((len(ys), len(xs)), dtype=np.uint8)

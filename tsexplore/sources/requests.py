@@ -1,0 +1,113 @@
+"""The vocabulary of a read: what is asked for, and where its bytes are.
+
+A :class:`ChunkRequest` names one chunk of one array (the source's token and the chunk's grid
+index) and what of it: its decoded values (:data:`WHOLE`), the decoded values of a box of it
+read from only the blosc blocks that hold the box (:class:`Blocks`), or its stored bytes,
+undecoded (:data:`STORED`). An inner chunk of a sharded array is a whole request on the inner
+grid. Requests are frozen and compare equal only to requests: they key the read table and the
+cache. Who wants a read and how much (priority, owner, keep-in-cache) travels beside it, never
+in it.
+
+An :class:`AuxKey` names what a store holds besides chunks that a read needs first to find a
+chunk's bytes: a blosc frame's head (header and block table), a shard's index, a file's chunk
+index. It lives in the cache's encoded tier.
+
+A source answers a request with where its bytes are (:class:`Located`: an object of its byte
+store, whole or by byte ranges; or that the store has no such chunk), or with the auxiliary
+entry it needs to say so (:class:`NeedAux`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ChunkIndex = tuple[int, ...]
+#: a box of a chunk: ``(lo, hi)`` per dimension, in chunk-local coordinates
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """The whole chunk, decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The chunk's bytes as stored (kept in the encoded tier; decoded by later reads)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """A box of the chunk, decoded from only the blosc blocks that hold it."""
+
+    box: Box
+
+
+WHOLE = Whole()
+STORED = Stored()
+Part = Whole | Blocks | Stored
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRequest:
+    """One read: chunk ``index`` of the array whose token is ``array``, and what of it."""
+
+    array: str
+    index: ChunkIndex
+    part: Part = WHOLE
+
+    @property
+    def whole(self) -> ChunkRequest:
+        return self if self.part is WHOLE else ChunkRequest(self.array, self.index)
+
+    @property
+    def stored(self) -> ChunkRequest:
+        return ChunkRequest(self.array, self.index, STORED)
+
+    @property
+    def box(self) -> Box | None:
+        """The box a :class:`Blocks` request decodes (None for the others)."""
+        part = self.part
+        return part.box if isinstance(part, Blocks) else None
+
+
+@dataclass(frozen=True, slots=True)
+class AuxKey:
+    """Something a store holds that locates chunks: ``kind`` of array ``array`` at ``at``
+    (a blosc head at a chunk index, a shard index at shard coordinates)."""
+
+    array: str
+    kind: str
+    at: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a request's bytes are: object ``key`` of the source's byte store, whole
+    (``ranges`` None) or these byte ranges of it; ``key`` None: the store has no such chunk
+    (the fill value, or ``MissingChunkError``). ``how`` is what decoding them needs besides
+    the bytes (a blosc head)."""
+
+    key: str | None
+    ranges: tuple[Any, ...] | None = None
+    how: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class NeedAux:
+    """The request cannot be located before ``aux`` is read: bytes ``rng`` of object ``key``
+    (the source parses them, :meth:`~.base.ChunkSource.parse_aux`)."""
+
+    aux: AuxKey
+    key: str
+    rng: Any
+
+
+#: a source that reads its chunks itself (npy, NetCDF, images, synthetic, memory, zarr's API)
+SELF = Located("<self>")
+
+__all__ = [
+    "SELF", "STORED", "WHOLE", "AuxKey", "Blocks", "Box", "ChunkIndex", "ChunkRequest", "Located",
+    "NeedAux", "Part", "Stored", "Whole",
+]
