@@ -10,8 +10,9 @@ imports the other version through ``TSEXPLORE_BENCH_CODE`` (see ``_run.py``), an
 says where each arm's tsexplore came from.
 
 The table: per workload and metric, old, new and new-again medians, new vs old (x, above 1:
-new is better) and new vs new-again (the noise); a workload is SLOWER when new is worse than
-old by more than that noise (at least :data:`MIN_NOISE`).
+new is better), new vs new-again (the same-code noise, at least :data:`MIN_NOISE`) and the
+runs' spread within the old and new arms; a metric is ``SLOWER`` when new is worse than old
+beyond both, ``slower?`` when beyond the same-code noise but within the spread.
 
 Default workloads: scrub, play, jump --revisit, scan, patches and scrub on both sharded
 layouts (``--workloads``, names as in ``figures``), on the own cube (``--cube``). Other
@@ -87,10 +88,29 @@ def _ratio(better: str, new: float | None, old: float | None) -> float | None:
     return new / old if better == "higher" else old / new
 
 
+def _spread(summary: dict[str, Any], label: str, key: str) -> float | None:
+    """max / min over one arm's runs of a metric (1.0: every run the same)."""
+    cell = summary.get(label, {}).get(key)
+    vals = [v for v in (cell or {}).get("values", []) if v > 0]
+    return max(vals) / min(vals) if len(vals) > 1 else None
+
+
+def verdict(vs_old: float | None, same: float, spread: float) -> str:
+    """``faster`` / ``same`` / ``slower?`` (worse than old by more than the same-code noise,
+    within the runs' spread) / ``SLOWER`` (beyond both)."""
+    if vs_old is None:
+        return "-"
+    if vs_old > same:
+        return "faster"
+    if vs_old >= 1 / same:
+        return "same"
+    return "slower?" if vs_old >= 1 / spread else "SLOWER"
+
+
 def table(docs: Sequence[dict[str, Any]], old_id: str) -> tuple[str, list[dict[str, Any]]]:
     """The A/B table and its rows (for the JSON)."""
     header = ["workload", "cube", "tag", "metric", f"old {old_id}", "new", "new again",
-              "new vs old", "noise", "verdict"]
+              "new vs old", "same code", "run spread", "verdict"]
     rows: list[list[str]] = []
     data: list[dict[str, Any]] = []
     for doc in docs:
@@ -104,25 +124,29 @@ def table(docs: Sequence[dict[str, Any]], old_id: str) -> tuple[str, list[dict[s
                 if med["old"] is None and med["new"] is None:
                     continue
                 vs_old = _ratio(m.better, med["new"], med["old"])
-                same = _ratio(m.better, med["again"], med["new"])
-                noise = max(MIN_NOISE, same, 1 / same) if same else MIN_NOISE
-                verdict = ("-" if vs_old is None else "SLOWER" if vs_old < 1 / noise
-                           else "faster" if vs_old > noise else "same")
+                again = _ratio(m.better, med["again"], med["new"])
+                same = max(MIN_NOISE, again, 1 / again) if again else MIN_NOISE
+                spreads = [x for k in ("old", "new") if (x := _spread(doc["summary"], labels[k], m.key))]
+                spread = max([same, *spreads])
                 row = {"workload": combined.workload_name(doc), "cube": doc.get("cube"),
                        "tag": tag, "metric": m.key, **med, "new_vs_old": vs_old,
-                       "noise": noise, "verdict": verdict}
+                       "same_code": same, "run_spread": spread,
+                       "verdict": verdict(vs_old, same, spread)}
                 data.append(row)
                 rows.append([row["workload"], str(row["cube"]), tag, m.label,
                              *(m.show(med[k]) for k in ("old", "new", "again")),
-                             "-" if vs_old is None else f"{vs_old:.2f}x", f"{noise:.2f}x",
-                             verdict])
+                             "-" if vs_old is None else f"{vs_old:.2f}x", f"{same:.2f}x",
+                             f"{spread:.2f}x", row["verdict"]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def fmt(r: list[str]) -> str:
         return "  ".join(c.ljust(w) if i < 4 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(r, widths)))
 
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]), data
+    notes = ["new vs old: above 1, new is better (higher frames/s or GB/s, lower ms); same code: "
+             "new vs new again (at least 1.05x); run spread: max/min over an arm's runs; "
+             "SLOWER: new worse than old beyond both; slower?: beyond the same-code noise only"]
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows), *notes]), data
 
 
 def origins(docs: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
@@ -207,7 +231,7 @@ def main(argv: list[str]) -> int:
             print(f"WARNING: {wrong} imported tsexplore from elsewhere than expected: "
                   f"{ {k: expected[k] for k in wrong} }")
         slower = [r for r in rows if r["verdict"] == "SLOWER"]
-        print(f"{len(slower)} metric(s) slower beyond the noise"
+        print(f"{len(slower)} metric(s) SLOWER beyond the noise"
               + (": " + "; ".join(f"{r['workload']} {r['tag']} {r['metric']}".replace("  ", " ")
                                   for r in slower) if slower else ""))
         print(f"(A/B results: {out.relative_to(ROOT)})")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -226,6 +227,8 @@ def ensure(specs: Sequence[DataSpec], progress: bool = True) -> None:
     noisy = [s for s in todo if s.cube != "own"]
     for shape in dict.fromkeys(s.shape for s in noisy):
         _write_noisy([s for s in noisy if s.shape == shape], progress)
+    if todo:
+        os.sync()  # written back, so that posix_fadvise can evict the pages before each run
 
 
 def _write_own(spec: DataSpec, progress: bool) -> None:
