@@ -179,6 +179,8 @@ def cube_line(doc: dict[str, Any]) -> str:
     data = doc.get("data", {})
     cube = CUBES.get(str(doc.get("cube")))
     what = f"cube {doc.get('cube')}" + (f" ({cube.codec}, Zarr v{cube.zarr_format})" if cube else "")
+    if data.get("zarr_format") == 0:
+        what = f"the {doc.get('cube')} cube's values in NetCDF4 (zlib + shuffle)"
     shape = "x".join(map(str, data.get("shape", [])))
     chunks = "x".join(map(str, data.get("chunks", [])))
     return (f"data: {what}, {shape} in {chunks} chunks"
