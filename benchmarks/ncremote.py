@@ -24,7 +24,6 @@ one read locally with h5netcdf (identical values). Target (issue 31): tsexplore'
 
 from __future__ import annotations
 
-import argparse
 import json
 import mmap
 import os
