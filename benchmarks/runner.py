@@ -188,20 +188,37 @@ class RssSampler:
                 pass
 
     def close(self) -> dict[str, float]:
+        """The peak: the sampled tree peak or, when higher, this process's own high-water RSS
+        (``VmHWM``). ``ru_maxrss`` is reported but not used: Linux carries it over ``exec``
+        from the forking parent, so a child of a big parent reports the parent's RSS."""
         import resource
 
         self._stop.set()
         self._thread.join(1)
         self.peak = max(self.peak, self.now())
+        hwm = _vm_hwm()
         ru_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         ru_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         return {
-            "peak_rss_mb": max(self.peak, ru_self) / 1e6,
+            "peak_rss_mb": max(self.peak, hwm or 0) / 1e6,
+            "vm_hwm_mb": None if hwm is None else hwm / 1e6,
             "ru_maxrss_mb": ru_self / 1e6,
             "ru_maxrss_children_mb": ru_children / 1e6,
             "rss_tree_peak_mb": self.peak / 1e6,
             "rss_baseline_mb": self.baseline / 1e6,
         }
+
+
+def _vm_hwm() -> int | None:
+    """This process's high-water resident set (``VmHWM`` in /proc/self/status), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class Usage:
