@@ -216,8 +216,9 @@ def _main(bench: str, argv: list[str]) -> int:
     doc = report.document(bench, args, spec, systems, runs, metrics, primary=primary,
                           where="remote" if args.remote else "local", frames=frames,
                           revisit=revisit, seeds=seeds, tags=list(orders),
-                          headline=["p50_ms", "p95_ms", "decoded_ratio", "faults_per_frame",
-                                    "cpu_ms_per_frame", "peak_rss_mb"])
+                          headline=(["p50_ms", "p95_ms", "decoded_ratio", "faults_per_frame",
+                                     "cpu_ms_per_frame", "peak_rss_mb"] if bench == "jump" else
+                                    ["profile_ms", "open_s", "decoded_ratio", "peak_rss_mb"]))
     doc["agreement"] = _agreement(runs)
     doc["targets"] = _targets(bench, doc, args.remote, spec.cube)
     what = (f"{frames} random frames of {nt}" + (" drawn with replacement" if revisit else "")
