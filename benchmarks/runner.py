@@ -113,20 +113,26 @@ def run_matrix(module: str, systems: Sequence[str], params_for: Callable[[str, i
     seed=3``); the child runs the system, and ``params_for(label, r)``, ``env_for(label)``,
     ``before(label)`` and ``after(label, result)`` get the label. Under an A/B run
     (:data:`arms`) every tsexplore label runs once per arm, as ``tsexplore@<variant> <tag>``,
-    the callbacks still getting the arm-less label.
+    the callbacks still getting the arm-less label; the arms' order turns round by round.
     """
     from .pagecache import cold_cache
 
-    plan: list[tuple[str, str, Arm | None]] = []  # (label in the results, label asked, arm)
-    for label in systems:
-        system, _variant, tag = split_label(label)
-        if arms and system.startswith("tsexplore"):
-            plan += [(join_label(system, arm.variant, tag), label, arm) for arm in arms]
-        else:
-            plan.append((label, label, None))
-    runs: dict[str, list[dict[str, Any]]] = {shown: [] for shown, _, _ in plan}
+    def plan(r: int) -> list[tuple[str, str, Arm | None]]:
+        """Round ``r``: (label in the results, label asked, arm); the arms take turns at
+        going first, so no version always runs first or last in a round."""
+        out: list[tuple[str, str, Arm | None]] = []
+        turn = arms[r % len(arms):] + arms[:r % len(arms)] if arms else []
+        for label in systems:
+            system, _variant, tag = split_label(label)
+            if turn and system.startswith("tsexplore"):
+                out += [(join_label(system, arm.variant, tag), label, arm) for arm in turn]
+            else:
+                out.append((label, label, None))
+        return out
+
+    runs: dict[str, list[dict[str, Any]]] = {shown: [] for shown, _, _ in plan(0)}
     for r in range(repeat):
-        for shown, label, arm in plan:
+        for shown, label, arm in plan(r):
             cold = warm_cache(store) if warm else cold_cache(store, drop_caches)
             if before:
                 before(label)
