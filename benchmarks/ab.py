@@ -171,7 +171,9 @@ def origins(docs: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
 
 def main(argv: list[str]) -> int:
     """``python -m benchmarks ab OLD [--new REF] [--workloads ...] [--cube own] ...``."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks ab", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks ab", description=__doc__.split("\n\n")[0],
+                                epilog="Every other option goes to each benchmark that knows it "
+                                       "(--repeat, --small, --timeout, --seeds, --frames, ...).")
     p.add_argument("old", help="the git ref to compare with (e.g. 443a17c)")
     p.add_argument("--new", default=None,
                    help="a git ref for the new side (default: this checkout's working tree)")

@@ -19,6 +19,10 @@ v2lz4     the noisy values                               Zarr v2, blosc-lz4 clev
                                                          (``to_zarr(zarr_format=2)``)
 ========  =============================================  ==============================================
 
+The v2 cube's compressor is given explicitly, and it is what ``to_zarr(zarr_format=2)`` writes
+with no encoding at all under zarr-python 3.1 (zarr's ``array.v2_default_compressor``, the
+zarr-python 2 default): blosc lz4, clevel 5, byte shuffle, ``order`` C, ``.`` chunk keys.
+
 ``--layout`` stores hold the first 128 frames (32 with ``--small``) of a Zarr v3 cube with
 that cube's codec, unsharded or in 16x1024x1024 shards of 16x256x256 or 1x256x256 inner
 chunks (Zarr v2 has no sharding, so ``v2lz4`` has no layouts).

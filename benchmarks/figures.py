@@ -81,7 +81,10 @@ def run(kind: str, workloads: list[str], cube_names: list[str], rest: list[str],
 def main(argv: list[str]) -> int:
     """``python -m benchmarks figures [--cube all] [--workloads a,b] [--every-system] ...``."""
     p = argparse.ArgumentParser(prog="python -m benchmarks figures",
-                                description=__doc__.split("\n\n")[0])
+                                description=__doc__.split("\n\n")[0],
+                                epilog="Every other option goes to each benchmark that knows it "
+                                       "(--repeat, --small, --timeout, --seeds, --frames, "
+                                       "--no-drop-caches, --warm, --systems, ...).")
     p.add_argument("--cube", default="all", help="cubes, comma-separated, or all (default)")
     p.add_argument("--workloads", default=",".join(DEFAULT),
                    help=f"comma-separated, from: {', '.join(WORKLOADS)} "
