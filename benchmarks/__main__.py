@@ -108,6 +108,7 @@ def run_cubes(name: str, argv: list[str], cube_names: list[str]) -> int:
 
     json_only = "--json-only" in argv
     report.tables_only = not json_only
+    report.silent = json_only
     first = len(report.collected)
     status = 0
     for cube in cube_names:

@@ -197,6 +197,7 @@ def main(argv: list[str]) -> int:
     old_id = str(arms[0].variant)
     runner.arms = arms
     report.tables_only = not args.json_only
+    report.silent = args.json_only
     first = len(report.collected)
     status = 0
     try:

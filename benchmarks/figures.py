@@ -61,6 +61,7 @@ def run(kind: str, workloads: list[str], cube_names: list[str], rest: list[str],
     from .__main__ import dispatch, with_cube
 
     report.tables_only = not json_only
+    report.silent = json_only
     first = len(report.collected)
     status = 0
     for cube in cube_names:

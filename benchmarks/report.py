@@ -203,6 +203,8 @@ def results_path(doc: dict[str, Any]) -> Path:
 #: set by multi-cube runs, ``figures`` and ``ab``: print each benchmark's table but not its
 #: JSON document (it is in its results file; the combined document is printed at the end)
 tables_only = False
+#: set by those with ``--json-only``: print nothing per benchmark (only the combined JSON)
+silent = False
 
 
 def report(doc: dict[str, Any], metrics: Sequence[Metric], title: str, json_only: bool) -> Path:
@@ -212,7 +214,9 @@ def report(doc: dict[str, Any], metrics: Sequence[Metric], title: str, json_only
     out.write_text(json.dumps(doc, indent=1, default=str))
     collected.append(doc)
     slim = strip_bulky(doc)
-    if tables_only:
+    if silent:
+        pass
+    elif tables_only:
         print(table(doc, metrics, title), flush=True)
         print(f"(full results with every run: {out.relative_to(ROOT)})\n", flush=True)
     elif json_only:
