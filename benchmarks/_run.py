@@ -4,20 +4,29 @@ Imports ``benchmarks.<module>`` (and, for a remote store, the HTTP/S3 clients), 
 ``run_system(system, params)`` while sampling RSS,
 prints exactly one line ``@@BENCH-RESULT@@ {json}`` and exits at once (``os._exit``), so
 lingering worker threads or processes of a peer can never hang the benchmark.
+
+``TSEXPLORE_BENCH_CODE`` (set by an A/B run, ``python -m benchmarks ab``) names a folder
+holding another version's ``tsexplore`` package: it goes first on ``sys.path`` before
+anything imports tsexplore, and the result says which package the run imported
+(``tsexplore_from``).
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
 import sys
-import time
-import traceback
-from typing import Any
 
-from .common import MARKER
-from .runner import RssSampler
+if os.environ.get("TSEXPLORE_BENCH_CODE"):  # before anything below can import tsexplore
+    sys.path.insert(0, os.environ["TSEXPLORE_BENCH_CODE"])
+
+import importlib  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+from .common import MARKER  # noqa: E402
+from .runner import RssSampler  # noqa: E402
 
 #: imported before a remote run of any system (lazy imports are not part of opening a store)
 REMOTE_IMPORTS = ("fsspec.implementations.http", "aiohttp", "s3fs", "obstore", "obstore.store",
@@ -49,6 +58,9 @@ def main(argv: list[str]) -> int:
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                   "traceback": traceback.format_exc()[-3000:]}
     result["child_s"] = time.perf_counter() - t0
+    loaded = sys.modules.get("tsexplore")
+    if loaded is not None:
+        result["tsexplore_from"] = os.path.dirname(str(getattr(loaded, "__file__", "")))
     result.update(sampler.close())
     result["system"] = system
     sys.stderr.flush()

@@ -8,7 +8,6 @@ cache before every run); :mod:`.runner` (one subprocess per system and run, RSS 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,12 +23,16 @@ REFERENCE = "tsexplore"
 
 @dataclass(frozen=True)
 class DataSpec:
-    """A benchmark cube: where it lives and how it is shaped."""
+    """A benchmark cube: where it lives, how it is shaped, which cube (:mod:`.cubes`) it is."""
 
     path: Path
     shape: tuple[int, int, int]
     chunks: tuple[int, int, int]
     size: str
+    cube: str = "own"
+    zarr_format: int = 3
+    #: the ``--layout`` this store is (None: the cube itself)
+    layout: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -39,17 +42,8 @@ class DataSpec:
         return n
 
 
-FULL = DataSpec(ROOT / "data" / "bench_cube.zarr", (512, 1024, 1024), (16, 256, 256), "full")
-SMALL = DataSpec(ROOT / "data" / "bench_cube_small.zarr", (64, 256, 256), (16, 64, 64), "small")
-
-#: ``--layout``: the same 128 frames (32 with --small) stored three ways, blosc-zstd:
-#: name -> (file suffix, inner chunks, shards) at full size, then at --small
-LAYOUTS: dict[str, tuple[str, tuple[int, int, int], tuple[int, int, int] | None]] = {
-    "unsharded": ("none", (16, 256, 256), None),
-    "sharded-16": ("16", (16, 256, 256), (16, 1024, 1024)),
-    "sharded-1": ("1", (1, 256, 256), (16, 1024, 1024)),
-}
-LAYOUT_SHAPE = {"full": (128, 1024, 1024), "small": (32, 256, 256)}
+#: ``--layout``: the first 128 frames (32 with --small) of a cube stored three ways
+LAYOUT_NAMES = ("unsharded", "sharded-16", "sharded-1")
 
 
 @dataclass(frozen=True)
@@ -78,30 +72,51 @@ ENGINE_METRICS = [
 
 def engine_counters() -> dict[str, Any]:
     """tsexplore's counters after a run: the top-level keys of :data:`ENGINE_METRICS`, and
-    the rest under ``stats`` (call in the child, after the work)."""
+    the rest under ``stats`` (call in the child, after the work). A counter this version of
+    tsexplore does not have is None (``benchmarks ab`` runs older versions too)."""
     import tsexplore as tse
 
     s = tse.stats()
-    stats = {k: getattr(s, k) for k in (
+    stats = {k: getattr(s, k, None) for k in (
         "hits", "misses", "joined", "reads", "part_reads", "encoded_hits", "prefetch_reads",
         "speculative_reads", "prefetch_used", "bytes_read", "bytes_decoded", "bytes_useful",
         "cache_budget", "cache_high_water", "cache_encoded_bytes", "evictions", "cancelled",
         "retries", "store_requests", "range_requests", "index_reads", "batched", "concurrency")}
+    guesses = getattr(s, "speculative_reads", None)
     return {
-        "decoded_ratio": s.decoded_ratio if s.bytes_useful else None,
-        "prefetch_issued": s.speculative_reads,
-        "prefetch_used_pct": 100 * s.prefetch_used_ratio if s.speculative_reads else None,
+        "decoded_ratio": getattr(s, "decoded_ratio", None) if stats["bytes_useful"] else None,
+        "prefetch_issued": guesses,
+        "prefetch_used_pct": (100 * s.prefetch_used_ratio
+                              if guesses and hasattr(s, "prefetch_used_ratio") else None),
         "stats": stats,
     }
+
+
+def split_label(label: str) -> tuple[str, str | None, str]:
+    """A run's label -> (system, A/B variant or None, tag): ``"tsexplore@443a17c seed=3"`` ->
+    ``("tsexplore", "443a17c", "seed=3")``; ``"naive"`` -> ``("naive", None, "")``."""
+    head, _, tag = label.partition(" ")
+    system, _, variant = head.partition("@")
+    return system, variant or None, tag
+
+
+def join_label(system: str, variant: str | None = None, tag: str = "") -> str:
+    """The inverse of :func:`split_label`."""
+    return system + (f"@{variant}" if variant else "") + (f" {tag}" if tag else "")
 
 
 def parser(name: str, description: str, systems: Sequence[str]) -> argparse.ArgumentParser:
     """An argument parser with the options every benchmark shares."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks {name}", description=description)
+    p.add_argument("--cube", default="own",
+                   help="the cube: own (the project's), noisy (+ N(0, 0.1), blosc-zstd 3), zstd "
+                        "(zarr v3's default codec), v2lz4 (zarr v2 blosc-lz4 as xarray writes "
+                        "it); several comma-separated, or all: one run each and one table "
+                        "(written to data/ on first use; see benchmarks/cubes.py)")
     p.add_argument("--path", type=Path, default=None,
-                   help="the Zarr cube (default data/bench_cube.zarr, written on first use)")
+                   help="another Zarr store with a 3-d variable 'temp' (instead of --cube)")
     p.add_argument("--small", action="store_true",
-                   help="quick check on a 64x256x256 cube (16x64x64 chunks)")
+                   help="quick check on the 64x256x256 cubes (16x64x64 chunks)")
     p.add_argument("--repeat", type=int, default=3, help="runs per system (medians are reported)")
     p.add_argument("--systems", default=",".join(systems),
                    help=f"comma-separated subset of: {','.join(systems)}")
@@ -123,10 +138,10 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
                         "--bandwidth link) and point every system at its s3:// URL")
     p.add_argument("--reader", choices=("auto", "obstore", "fsspec"), default=None,
                    help="tsexplore's remote reader (tse.config remote_reader; default: its own)")
-    p.add_argument("--layout", choices=tuple(LAYOUTS), default=None,
-                   help="the 128-frame cube stored unsharded, or in 16x1024x1024 shards of "
-                        "16x256x256 or 1x256x256 inner chunks (bench_sharded_*.zarr in "
-                        "--data-dir, written once)")
+    p.add_argument("--layout", choices=LAYOUT_NAMES, default=None,
+                   help="the cube's first 128 frames stored unsharded, or in 16x1024x1024 "
+                        "shards of 16x256x256 or 1x256x256 inner chunks, with the cube's codec "
+                        "(Zarr v3 cubes; *_sharded_*.zarr in --data-dir, written once)")
     p.add_argument("--data-dir", type=Path, default=ROOT / "data",
                    help="where --layout stores live (default data/)")
     p.add_argument("--no-drop-caches", action="store_true",
@@ -134,6 +149,9 @@ def parser(name: str, description: str, systems: Sequence[str]) -> argparse.Argu
     p.add_argument("--warm", action="store_true",
                    help="warm page cache instead: read every file of the store before each "
                         "child (the engine's own cost, without the disk)")
+    p.add_argument("--code", default=None, metavar="REF",
+                   help="run tsexplore's children with the tsexplore of git ref REF (exported "
+                        "to /tmp/tsexplore-ab/; see python -m benchmarks ab)")
     p.add_argument("--from-all", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -149,6 +167,10 @@ def parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace
     from . import runner
 
     runner.warm = bool(getattr(args, "warm", False))
+    if getattr(args, "code", None):
+        from .ab import code_option
+
+        code_option(args.code)
     return args
 
 
@@ -285,65 +307,32 @@ def local_only(systems: list[str], served: serve, defaulted: bool) -> list[str]:
 
 
 def data_spec(args: argparse.Namespace) -> DataSpec:
-    """The cube for these options; written (with a progress bar) when missing.
+    """The store for these options (``--cube``, ``--small``, ``--layout``, ``--path``); a
+    cube or layout store is written (with a progress bar) when missing.
 
-    ``--path`` to an existing store uses that store's own shape and chunks.
+    ``--path`` to an existing store uses that store's own shape and chunks. A ``--layout`` of
+    a cube that has none (Zarr v2) raises :class:`.cubes.NoLayout` (a SystemExit with status
+    0), which a multi-cube run reports as skipped.
     """
-    if getattr(args, "layout", None):
-        return layout_spec(args)
-    base = SMALL if args.small else FULL
-    if args.path is None:
-        spec = base
-    else:
+    from . import cubes
+
+    if args.path is not None:
         path = Path(args.path).resolve()
-        spec = _existing(path) or DataSpec(path, base.shape, base.chunks, base.size)
-    found = _existing(spec.path)
-    if found is None or (args.path is None and found.shape != spec.shape):
-        if spec.path.exists() and spec.path not in (FULL.path, SMALL.path):
-            raise SystemExit(f"{spec.path} is not a complete sample cube; pass another --path")
-        log(f"writing the benchmark cube {spec.path} {spec.shape}, chunks {spec.chunks} (once)")
-        import tsexplore as tse
-
-        tse.sample_data("cube", spec.path, shape=spec.shape, chunks=spec.chunks,
-                        size=spec.size, overwrite=True, progress=True)
-        tse.close()
-    return spec
-
-
-def layout_spec(args: argparse.Namespace) -> DataSpec:
-    """The ``--layout`` store (``bench_sharded_<n>.zarr``), written on first use."""
+        found = cubes.existing(path)
+        if found is None:
+            raise SystemExit(f"{path} is not a complete benchmark cube (a Zarr store whose "
+                             f"group has attrs complete=true and a 3-d variable "
+                             f"{VARIABLE!r}); write one with python -m benchmarks cubes")
+        return found
+    names = cubes.names(getattr(args, "cube", "own"))
+    if len(names) != 1:
+        raise SystemExit(f"--cube {args.cube}: one cube per run here; several are run by "
+                         "python -m benchmarks <name> --cube a,b (the dispatcher)")
     size = "small" if args.small else "full"
-    suffix, inner, shards = LAYOUTS[args.layout]
-    shape = LAYOUT_SHAPE[size]
-    if size == "small":
-        inner = (inner[0], 64, 64)
-        shards = (16, 256, 256) if shards else None
-    name = f"bench_sharded_{suffix}{'_small' if size == 'small' else ''}.zarr"
-    path = Path(args.data_dir).resolve() / name
-    found = _existing(path)
-    if found is None or found.shape != shape:
-        log(f"writing {path} {shape}, chunks {inner}, shards {shards} (once)")
-        import tsexplore as tse
-
-        tse.sample_data("cube", path, shape=shape, chunks=inner, shards=shards, size=size,
-                        overwrite=True, progress=True)
-        tse.close()
-    return DataSpec(path, shape, inner, size)  # type: ignore[arg-type]
-
-
-def _existing(path: Path) -> DataSpec | None:
-    """The spec of a complete cube at ``path`` (read from its metadata), else None."""
-    try:
-        group = json.loads((path / "zarr.json").read_text())
-        meta = json.loads((path / VARIABLE / "zarr.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not group.get("attributes", {}).get("complete", False):
-        return None
-    shape = tuple(int(s) for s in meta["shape"])
-    chunks = tuple(int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"])
-    size = "small" if path == SMALL.path else "full"
-    return DataSpec(path, shape, chunks, size)  # type: ignore[arg-type]
+    spec = cubes.spec_for(names[0], size, getattr(args, "layout", None),
+                          Path(getattr(args, "data_dir", cubes.DATA_DIR)))
+    cubes.ensure([spec])
+    return spec
 
 
 def parse_bytes(text: str) -> int:

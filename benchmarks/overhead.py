@@ -82,6 +82,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reads", type=int, default=100_000, help="cached reads (default 100,000)")
     args = common.parse(p, argv)
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
+    if args.cube != "own" or args.path or args.layout:
+        common.log("overhead reads no cube (tiny chunks of a NumPy array): --cube, --path and "
+                   "--layout are ignored")
     common.log(f"overhead: {args.chunks} tiny chunks, {args.reads} cached reads x {args.repeat}")
     runs = runner.run_matrix(
         "overhead", systems, lambda s, r: {"chunks": args.chunks, "reads": args.reads},

@@ -18,10 +18,8 @@ first batch and the steady rate after it. Also the peak RSS of the process tree.
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from . import common, report, runner
@@ -228,7 +226,7 @@ def main(argv: list[str]) -> int:
     args = common.parse(p, argv)
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
     spec = common.data_spec(args)
-    shape = json.loads((Path(spec.path) / common.VARIABLE / "zarr.json").read_text())["shape"]
+    shape = list(spec.shape)
     counts = {s: args.batches or DEFAULT_BATCHES[s] for s in systems}
     served = common.serve(spec.path, args)
     metrics = [*METRICS, *common.ENGINE_METRICS, *common.remote_metrics(served, throughput=True)]
@@ -248,7 +246,9 @@ def main(argv: list[str]) -> int:
     doc = report.document("patches", args, spec, systems, runs, metrics,
                           primary="samples_per_s", sample=SAMPLE, batch_size=BATCH_SIZE,
                           workers=WORKERS, batch_counts=counts,
-                          windows_per_epoch=len(_windows(shape)))
+                          windows_per_epoch=len(_windows(shape)),
+                          headline=["samples_per_s", "steady_samples_per_s", "first_batch_s",
+                                    "decoded_ratio", "peak_rss_mb"])
     medians = [report.median_of(doc["summary"], s, "samples_per_s") for s in ("torch", "xbatcher")]
     peers = [v for v in medians if v]
     best = max(peers) if peers else None

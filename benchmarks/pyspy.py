@@ -68,12 +68,11 @@ def main(argv: list[str]) -> int:
                 "--rate", str(args.rate), *(["--native"] if args.native else []),
                 *(["--gil"] if args.gil else []), "--"]
 
-    from .__main__ import resolve
+    from .__main__ import main as dispatch
 
-    entry = resolve(args.workload)
     runner.wrap = wrap
     try:
-        status = int(entry(rest) or 0)
+        status = int(dispatch([args.workload, *rest]) or 0)
     finally:
         runner.wrap = None
     for system, path in written:

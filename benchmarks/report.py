@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import REFERENCE, RESULTS_DIR, ROOT, RSS, DataSpec, Metric
-from .pagecache import cold_summary
+from .common import REFERENCE, RESULTS_DIR, ROOT, RSS, DataSpec, Metric, join_label, split_label
 from .runner import percentile
+
+#: every document reported in this process, in order (a multi-cube run, ``figures`` and
+#: ``ab`` build their combined tables from it)
+collected: list[dict[str, Any]] = []
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]], metrics: Sequence[Metric]
@@ -42,16 +45,23 @@ def median_of(summary: dict[str, dict[str, Any]], system: str, key: str) -> floa
     return None if cell is None else cell["median"]
 
 
+def reference_of(label: str, reference: str = REFERENCE) -> str:
+    """The label a peer's label is compared with: tsexplore with the same tag."""
+    return join_label(reference, None, split_label(label)[2])
+
+
 def advantages(summary: dict[str, dict[str, Any]], metrics: Sequence[Metric],
                reference: str = REFERENCE) -> dict[str, dict[str, float]]:
-    """``{peer: {metric: x}}``: x > 1 means tsexplore is x times better than the peer."""
+    """``{peer: {metric: x}}``: x > 1 means tsexplore is x times better than the peer (a
+    tagged peer, ``naive seed=3``, against tsexplore with the same tag)."""
     out: dict[str, dict[str, float]] = {}
     for peer in summary:
-        if peer == reference:
+        ref_label = reference_of(peer, reference)
+        if peer == ref_label:
             continue
         row = {}
         for m in [*metrics, RSS]:
-            ref, other = median_of(summary, reference, m.key), median_of(summary, peer, m.key)
+            ref, other = median_of(summary, ref_label, m.key), median_of(summary, peer, m.key)
             if ref is None or other is None or ref <= 0 or other <= 0:
                 continue
             row[m.key] = other / ref if m.better == "lower" else ref / other
@@ -80,15 +90,20 @@ def environment() -> dict[str, Any]:
 def document(name: str, args: argparse.Namespace, spec: DataSpec, systems: Sequence[str],
              runs: dict[str, list[dict[str, Any]]], metrics: Sequence[Metric],
              primary: str, **extra: Any) -> dict[str, Any]:
-    """The JSON document of one benchmark."""
+    """The JSON document of one benchmark (``systems``: the labels run, in order; an A/B run
+    adds labels, so the runs' own keys are used)."""
+    from .pagecache import cold_summary
+
     summary = summarize(runs, metrics)
     return {
         "benchmark": name,
         "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
+        "cube": spec.cube,
         "data": {"path": str(spec.path), "shape": list(spec.shape), "chunks": list(spec.chunks),
-                 "dtype": "float32", "nbytes": spec.nbytes, "size": spec.size},
+                 "dtype": "float32", "nbytes": spec.nbytes, "size": spec.size,
+                 "cube": spec.cube, "zarr_format": spec.zarr_format, "layout": spec.layout},
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "systems": list(systems),
+        "systems": list(runs) or list(systems),
         "environment": environment(),
         "cold_cache": cold_summary(r.get("cold_cache", {}) for rs in runs.values() for r in rs),
         "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in metrics],
@@ -121,7 +136,7 @@ def table(doc: dict[str, Any], metrics: Sequence[Metric], title: str) -> str:
         for m in cols:
             cell = entry.get(m.key)
             cells.append(m.show(cell["median"] if cell else None))
-        if system == REFERENCE:
+        if system == reference_of(system):
             cells.append("(reference)")
         elif entry["runs_ok"] == 0:
             cells.append("failed")
@@ -134,7 +149,8 @@ def table(doc: dict[str, Any], metrics: Sequence[Metric], title: str) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
                               for i, (c, w) in enumerate(zip(r, widths)))
-    lines = [title, fmt(header), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]
+    lines = [f"{title}\n{cube_line(doc)}", fmt(header), fmt(["-" * w for w in widths]),
+             *[fmt(r) for r in rows]]
     cold = doc.get("cold_cache") or {}
     if doc.get("options", {}).get("warm"):
         lines.append("WARM page cache (--warm): every file of the store read before each child")
@@ -156,15 +172,54 @@ def table(doc: dict[str, Any], metrics: Sequence[Metric], title: str) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any], metrics: Sequence[Metric], title: str, json_only: bool) -> Path:
-    """Write the results file, print the JSON document and (unless ``json_only``) the table."""
+def cube_line(doc: dict[str, Any]) -> str:
+    """The data in words: cube, codec, format, shape, chunks, layout."""
+    from .cubes import CUBES
+
+    data = doc.get("data", {})
+    cube = CUBES.get(str(doc.get("cube")))
+    what = f"cube {doc.get('cube')}" + (f" ({cube.codec}, Zarr v{cube.zarr_format})" if cube else "")
+    if data.get("zarr_format") == 0:
+        what = f"the {doc.get('cube')} cube's values in NetCDF4 (zlib + shuffle)"
+    shape = "x".join(map(str, data.get("shape", [])))
+    chunks = "x".join(map(str, data.get("chunks", [])))
+    return (f"data: {what}, {shape} in {chunks} chunks"
+            + (f", layout {data['layout']}" if data.get("layout") else "") + f"; {data.get('path')}")
+
+
+def results_path(doc: dict[str, Any]) -> Path:
+    """``benchmarks/results/<name>[-<layout>]-<cube>-<time>.json``, never one already there."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = RESULTS_DIR / f"{doc['benchmark']}-{stamp}.json"
+    layout = (doc.get("data") or {}).get("layout")
+    stem = "-".join(str(p) for p in (doc["benchmark"], layout, doc.get("cube"), stamp) if p)
+    out, n = RESULTS_DIR / f"{stem}.json", 1
+    while out.exists():
+        n += 1
+        out = RESULTS_DIR / f"{stem}-{n}.json"
+    return out
+
+
+#: set by multi-cube runs, ``figures`` and ``ab``: print each benchmark's table but not its
+#: JSON document (it is in its results file; the combined document is printed at the end)
+tables_only = False
+#: set by those with ``--json-only``: print nothing per benchmark (only the combined JSON)
+silent = False
+
+
+def report(doc: dict[str, Any], metrics: Sequence[Metric], title: str, json_only: bool) -> Path:
+    """Write the results file, print the JSON document and (unless ``json_only``) the table."""
+    out = results_path(doc)
     doc["results_file"] = str(out)
     out.write_text(json.dumps(doc, indent=1, default=str))
+    collected.append(doc)
     slim = strip_bulky(doc)
-    if json_only:
+    if silent:
+        pass
+    elif tables_only:
+        print(table(doc, metrics, title), flush=True)
+        print(f"(full results with every run: {out.relative_to(ROOT)})\n", flush=True)
+    elif json_only:
         print(json.dumps(slim, default=str), flush=True)
     else:
         slim.pop("runs", None)  # per-run details are in the file

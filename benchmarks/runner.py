@@ -14,14 +14,31 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import MARKER, ROOT, log
-from .pagecache import cold_cache
+from .common import MARKER, ROOT, join_label, log, split_label
 
 #: ``--warm``: read the store's files before each child instead of evicting them
 warm = False
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of an A/B run (``python -m benchmarks ab``): tsexplore's systems run once per
+    arm, alternating. ``variant`` tags the label (``tsexplore@443a17c``; None: the label
+    unchanged); ``code`` is a folder holding the ``tsexplore`` package the child imports
+    instead of the checkout's (None: the checkout's)."""
+
+    variant: str | None
+    code: str | None
+
+
+#: set by ``benchmarks ab``: every tsexplore system runs once per arm
+arms: list[Arm] = []
+#: the environment variable that points a child at another tsexplore (see ``_run.py``)
+CODE_ENV = "TSEXPLORE_BENCH_CODE"
 #: when set (``python -m benchmarks pyspy``), the command line every child runs under:
 #: ``wrap(system)`` -> the words put before ``python -m benchmarks._run ...``
 wrap: Callable[[str], list[str]] | None = None
@@ -92,26 +109,47 @@ def run_matrix(module: str, systems: Sequence[str], params_for: Callable[[str, i
                ) -> dict[str, list[dict[str, Any]]]:
     """All systems, ``repeat`` rounds, interleaved (so machine noise spreads evenly).
 
-    ``before(system)`` runs just before a child starts, ``after(system, result)`` just after.
+    ``systems`` are labels: a system name, optionally followed by a space and a tag (``naive
+    seed=3``); the child runs the system, and ``params_for(label, r)``, ``env_for(label)``,
+    ``before(label)`` and ``after(label, result)`` get the label. Under an A/B run
+    (:data:`arms`) every tsexplore label runs once per arm, as ``tsexplore@<variant> <tag>``,
+    the callbacks still getting the arm-less label; the arms' order turns round by round.
     """
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    from .pagecache import cold_cache
+
+    def plan(r: int) -> list[tuple[str, str, Arm | None]]:
+        """Round ``r``: (label in the results, label asked, arm); the arms take turns at
+        going first, so no version always runs first or last in a round."""
+        out: list[tuple[str, str, Arm | None]] = []
+        turn = arms[r % len(arms):] + arms[:r % len(arms)] if arms else []
+        for label in systems:
+            system, _variant, tag = split_label(label)
+            if turn and system.startswith("tsexplore"):
+                out += [(join_label(system, arm.variant, tag), label, arm) for arm in turn]
+            else:
+                out.append((label, label, None))
+        return out
+
+    runs: dict[str, list[dict[str, Any]]] = {shown: [] for shown, _, _ in plan(0)}
     for r in range(repeat):
-        for system in systems:
+        for shown, label, arm in plan(r):
             cold = warm_cache(store) if warm else cold_cache(store, drop_caches)
             if before:
-                before(system)
-            res = run_child(module, system, params_for(system, r), timeout,
-                            env_for(system) if env_for else None)
+                before(label)
+            env = dict(env_for(label)) if env_for else {}
+            if arm is not None and arm.code:
+                env[CODE_ENV] = arm.code
+            res = run_child(module, split_label(label)[0], params_for(label, r), timeout, env)
             res["cold_cache"] = cold
             res["repeat"] = r
             if after:
-                after(system, res)
-            runs[system].append(res)
+                after(label, res)
+            runs[shown].append(res)
             if res.get("ok"):
                 what = describe(res) if describe else f"{res['wall_s']:.1f} s"
             else:
                 what = "FAILED: " + str(res.get("error"))[:200]
-            log(f"  {system:<14} run {r + 1}/{repeat}: {what}")
+            log(f"  {shown:<20} run {r + 1}/{repeat}: {what}")
     return runs
 
 
@@ -156,20 +194,59 @@ class RssSampler:
                 pass
 
     def close(self) -> dict[str, float]:
+        """The peak: the sampled tree peak or, when higher, this process's own high-water RSS
+        (``VmHWM``). ``ru_maxrss`` is reported but not used: Linux carries it over ``exec``
+        from the forking parent, so a child of a big parent reports the parent's RSS."""
         import resource
 
         self._stop.set()
         self._thread.join(1)
         self.peak = max(self.peak, self.now())
+        hwm = _vm_hwm()
         ru_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         ru_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         return {
-            "peak_rss_mb": max(self.peak, ru_self) / 1e6,
+            "peak_rss_mb": max(self.peak, hwm or 0) / 1e6,
+            "vm_hwm_mb": None if hwm is None else hwm / 1e6,
             "ru_maxrss_mb": ru_self / 1e6,
             "ru_maxrss_children_mb": ru_children / 1e6,
             "rss_tree_peak_mb": self.peak / 1e6,
             "rss_baseline_mb": self.baseline / 1e6,
         }
+
+
+def _vm_hwm() -> int | None:
+    """This process's high-water resident set (``VmHWM`` in /proc/self/status), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class Usage:
+    """This process's minor page faults and CPU time (user + system, every thread) from
+    creation to :meth:`per`: ``with`` nothing, just ``u = Usage(); work; u.per(frames)``."""
+
+    def __init__(self) -> None:
+        import resource
+
+        self._ru = resource.getrusage(resource.RUSAGE_SELF)
+
+    def per(self, n: int, unit: str = "frame") -> dict[str, float]:
+        """``faults_per_<unit>``, ``major_faults``, ``cpu_ms_per_<unit>`` and ``cpu_s`` since
+        creation, over ``n`` units of work."""
+        import resource
+
+        now, was = resource.getrusage(resource.RUSAGE_SELF), self._ru
+        cpu = (now.ru_utime - was.ru_utime) + (now.ru_stime - was.ru_stime)
+        n = max(1, n)
+        return {f"faults_per_{unit}": (now.ru_minflt - was.ru_minflt) / n,
+                "major_faults": float(now.ru_majflt - was.ru_majflt),
+                f"cpu_ms_per_{unit}": cpu / n * 1e3, "cpu_s": cpu}
 
 
 def percentile(values: Sequence[float], q: float) -> float:
