@@ -111,7 +111,7 @@ def test_partial_decoding_equals_whole_chunk_decoding(c) -> None:  # type: ignor
     lay = layout(shape, dtype.itemsize, box, part.blocksize, part.nbytes)
     sparse = sparse_frame(part)
     sparse[len(part.raw):] = 0xA5  # whatever was there before: never read
-    for a, b in part.block_ranges(lay.blocks, gap=0):
+    for a, b in part.block_ranges(lay.blocks):
         sparse[a:b] = buf[a:b]
     values2, decoded2 = decode_box(sparse, part, shape, dtype, box, "test chunk")
     np.testing.assert_array_equal(values2, data[region])

@@ -273,4 +273,4 @@ class TestS3URLs(SourceConformance):
     def test_the_reader_is_the_one_asked_for(self, ds: xr.Dataset, case: Case) -> None:
         (src,) = sources_of(ds["v"])
         expected = "ObstoreBytes" if tse.config.get().remote_reader == "obstore" else "FsspecBytes"
-        assert type(src._bytes).__name__ == expected
+        assert type(src.store).__name__ == expected

@@ -27,6 +27,7 @@ import numpy as np
 import xarray as xr
 
 from .engine.levels import LevelGeometry
+from . import config
 from .errors import ConfigError, TsExploreError
 from .sources import SourceGroup
 from .sources.base import ChunkSource, SourceOptions
@@ -81,7 +82,7 @@ class Levels(Sequence[xr.Dataset]):
     def _open(self, k: int) -> tuple[dict[str, ChunkSource], dict[str, Any], dict[str, Any]]:
         with self._lock:
             if k not in self._opened:
-                options = SourceOptions(missing=self.missing, prefetch=self.prefetch)
+                options = SourceOptions(self.missing, self.prefetch, config.get().remote_reader)
                 sources, coords, attrs = open_level(self.spec, k, self.storage_options, options)
                 if self.wrap is not None:
                     sources = {name: self.wrap(src) for name, src in sources.items()}

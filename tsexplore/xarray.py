@@ -212,7 +212,7 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         grid: Any = None,
         size: Any = None,
     ) -> xr.Dataset:
-        options = SourceOptions(missing, prefetch)
+        options = SourceOptions(missing, prefetch, config.get().remote_reader)
         hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
         sources = open_group(
             filename_or_obj, storage_options=storage_options, options=options, grid=grid,
@@ -247,7 +247,7 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
     ) -> dict[str, xr.Dataset]:
         """One engine-backed Dataset per group at ``group`` and below, keyed by path as
         xarray's own engines key them; every node reads through the one engine."""
-        options = SourceOptions(missing, prefetch)
+        options = SourceOptions(missing, prefetch, config.get().remote_reader)
         hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
         tree = open_tree(filename_or_obj, storage_options=storage_options, options=options,
                          grid=grid, hierarchy=hierarchy)

@@ -34,7 +34,9 @@ the parts of local chunks a reader waits for, and for nested reads).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import math
+import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ChunkReadError, CorruptChunkError, MissingChunkError, TsExploreError
+from ..errors import (
+    ChunkReadError,
+    CorruptChunkError,
+    EngineClosedError,
+    MissingChunkError,
+    ReadTimeoutError,
+    TsExploreError,
+)
 from ..sources.base import ChunkSource
 from ..sources.requests import SELF, Located, NeedAux
 from .absent import AbsentChunks
@@ -136,6 +145,13 @@ class Work:
 
 
 @dataclass(slots=True)
+class Wait:
+    """Op: wait for auxiliary reads another batch is making (each future holds the value)."""
+
+    futures: list[cf.Future]
+
+
+@dataclass(slots=True)
 class Await:
     """Op: ``await fn(job)`` for every job, on the loop ``home`` (None: the engine's)."""
 
@@ -144,7 +160,7 @@ class Await:
     home: str | None = None
 
 
-Op = Fetch | Work | Await
+Op = Fetch | Work | Wait | Await
 
 
 @dataclass
@@ -159,6 +175,30 @@ class Services:
     used: Callable[[ChunkRequest], bool] = lambda request: False
     #: whether the views of a source follow a pattern (its frames come back: keep them)
     following: Callable[[ChunkSource], bool] = lambda source: False
+    #: auxiliary entries being read: concurrent batches wait for one read of each
+    loading: dict[AuxKey, cf.Future] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(self, keys: Sequence[AuxKey]) -> tuple[list[AuxKey], dict[AuxKey, cf.Future]]:
+        """Of ``keys``, those this batch reads (now marked loading), and the future of the
+        value of every key (another batch's for those it is reading)."""
+        mine, futures = [], {}
+        with self.lock:
+            for key in keys:
+                found = self.loading.get(key)
+                if found is None:
+                    found = self.loading[key] = cf.Future()
+                    mine.append(key)
+                futures[key] = found
+        return mine, futures
+
+    def loaded(self, key: AuxKey, value: Any = None, exc: BaseException | None = None) -> None:
+        with self.lock:
+            future = self.loading.pop(key)
+        if exc is None:
+            future.set_result(value)
+        else:
+            future.set_exception(exc)
 
 
 # -- the stages -----------------------------------------------------------------------------------
@@ -227,7 +267,7 @@ def _locate(source: ChunkSource, jobs: list[Job], services: Services) -> Generat
                     services.stats.count("prefetch_used")
                 job.located, job.data = MEMORY, [frame]
                 continue
-        job.located = _where(source, request, look, ranges_pay)
+        job.located = source.locate(request, look, ranges_pay)
     for _ in range(AUX_ROUNDS):
         need: dict[AuxKey, list[Job]] = {}
         for job in jobs:
@@ -235,45 +275,68 @@ def _locate(source: ChunkSource, jobs: list[Job], services: Services) -> Generat
                 need.setdefault(job.located.aux, []).append(job)
         if not need:
             return
-        groups = [FetchGroup(waiting[0].located.key, [waiting[0].located.rng])  # type: ignore[union-attr]
-                  for waiting in need.values()]
-        yield Fetch(source.store, groups)
-        for (aux, waiting), group in zip(need.items(), groups):
+        mine, futures = services.claim(list(need))
+        try:
+            yield from _read_aux(source, mine, futures, need, services)
+        finally:  # (a batch abandoned half way: the others waiting for it go on)
+            for aux in mine:
+                if not futures[aux].done():
+                    services.loaded(aux, exc=EngineClosedError("the read of it was abandoned"))
+        for aux, waiting in need.items():
             try:
-                if group.error is not None:
-                    raise group.error
-                body = None if group.bufs is None else group.bufs[0]
-                parsed = source.parse_aux(aux, body)
+                value = futures[aux].result(0)
             except Exception as exc:  # noqa: BLE001 - goes to every job waiting for it
+                if isinstance(exc, cf.TimeoutError):
+                    exc = ReadTimeoutError(f"the read of {aux} by another batch did not end within "
+                                           "wait_timeout; raise tse.config.set(wait_timeout=...)")
                 for job in waiting:
                     job.error = exc
                 continue
-            waiting[0].moved += 0 if group.bufs is None else len(group.bufs[0])
-            if isinstance(parsed, NeedAux):
-                for job in waiting:
-                    job.located = parsed
-                continue
-            value, nbytes = parsed
-            cache.put(aux, value, nbytes)
-            if aux.kind == "index":
-                services.stats.count("index_reads")
             for job in waiting:
+                if isinstance(value, NeedAux):
+                    job.located = value
+                    continue
                 request = job.request.whole if job.request.part is STORED else job.request
-                job.located = _where(source, request, _with(aux, value, look), ranges_pay)
+                job.located = source.locate(request, _with(aux, value, look), ranges_pay)
     for job in jobs:
         if isinstance(job.located, NeedAux) and job.error is None:
             job.error = CorruptChunkError(f"the auxiliary data of chunk {job.request.index} "
                                           f"cannot be read in {AUX_ROUNDS} rounds")
 
 
+def _read_aux(source: ChunkSource, mine: list[AuxKey], futures: dict[AuxKey, cf.Future],
+              need: dict[AuxKey, list[Job]], services: Services) -> Generator[Op, None, None]:
+    """Read and parse the auxiliary entries ``mine``, wait for the others (``futures``):
+    every future holds its value, a larger read it needs, or its error."""
+    theirs = [f for aux, f in futures.items() if aux not in mine]
+    if theirs:
+        yield Wait(theirs)
+    groups = [FetchGroup(need[aux][0].located.key, [need[aux][0].located.rng])  # type: ignore[union-attr]
+              for aux in mine]
+    if groups:
+        yield Fetch(source.store, groups)
+    for aux, group in zip(mine, groups):
+        try:
+            if group.error is not None:
+                raise group.error
+            parsed = source.parse_aux(aux, None if group.bufs is None else group.bufs[0])
+        except Exception as exc:  # noqa: BLE001 - goes to every job waiting for it
+            services.loaded(aux, exc=exc)
+            continue
+        need[aux][0].moved += 0 if group.bufs is None else len(group.bufs[0])
+        if isinstance(parsed, NeedAux):
+            services.loaded(aux, parsed)
+            continue
+        value, nbytes = parsed
+        services.cache.put(aux, value, nbytes)
+        if aux.kind == "index":
+            services.stats.count("index_reads")
+        services.loaded(aux, value)
+
+
 def _with(aux: AuxKey, value: Any, look: Callable[[AuxKey], Any]) -> Callable[[AuxKey], Any]:
     """``look`` that answers ``aux`` with ``value`` (which the cache may not have kept)."""
     return lambda key: value if key == aux else look(key)
-
-
-def _where(source: ChunkSource, request: ChunkRequest, look: Callable[[AuxKey], Any],
-           ranges_pay: Callable[[int, int, bool], bool] | None) -> Located | NeedAux:
-    return source.locate(request, look, ranges_pay)
 
 
 def _ranges_pay(source: ChunkSource, services: Services) -> Callable[[int, int, bool], bool] | None:
@@ -415,6 +478,8 @@ async def run_on_loop(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: Engi
             elif isinstance(op, Work):
                 await asyncio.gather(*(io.to_thread(_run_all, op.fn, part)
                                        for part in _split(op.jobs, io.cpus)))
+            elif isinstance(op, Wait):
+                await asyncio.wait([asyncio.wrap_future(f) for f in op.futures], timeout=ctx.settings.wait_timeout)
             else:
                 await asyncio.gather(*(io.at_home(op.home, op.fn(job)) for job in op.jobs))
             op = gen.send(None)
@@ -451,6 +516,8 @@ def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext
                         group.deliver(bufs)
             elif isinstance(op, Work):
                 io.share(_split(op.jobs, io.cpus), lambda part, fn=op.fn: _run_all(fn, part), timeout)
+            elif isinstance(op, Wait):
+                cf.wait(op.futures, timeout)
             else:
                 io.run_coroutine(_await_all(io, op), timeout)
             op = gen.send(None)

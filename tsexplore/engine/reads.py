@@ -155,13 +155,7 @@ class ReadTable:
         read.state = "cancelled"
         self._unvisible_locked(read)
         del self._reads[read.key]
-        if read.group is not None:
-            gkey = (read.key.array, read.group)
-            members = [r for r in self._groups.get(gkey, ()) if r is not read]
-            if members:
-                self._groups[gkey] = members
-            else:
-                self._groups.pop(gkey, None)
+        self._ungroup_locked(read)
         self.prefetched.discard(read.key)
         try:  # a read thread may finish it meanwhile (settle tolerates the other order)
             read.future.set_exception(exc)
@@ -374,14 +368,19 @@ class ReadTable:
                     read.state = "running"
                     read.companion = True
                     out.append(read)
-                    if read.group is not None:
-                        gkey = (read.key.array, read.group)
-                        members = [r for r in self._groups.get(gkey, ()) if r is not read]
-                        if members:
-                            self._groups[gkey] = members
-                        else:
-                            self._groups.pop(gkey, None)
+                    self._ungroup_locked(read)
         return out
+
+    def _ungroup_locked(self, read: Read) -> None:
+        """``read`` no longer waits in its batch group."""
+        if read.group is None:
+            return
+        gkey = (read.key.array, read.group)
+        members = [r for r in self._groups.get(gkey, ()) if r is not read]
+        if members:
+            self._groups[gkey] = members
+        else:
+            self._groups.pop(gkey, None)
 
     def settle(self, read: Read, result: Any = None, exc: BaseException | None = None) -> None:
         """A running read ended: free its slot (a companion has none), forget it, and hand

@@ -334,7 +334,9 @@ class Batches:
         if not any(v.source.is_async for v in self.variables):
             return self.ahead
         limit = max(2, config.get().cache_bytes // 4 // self.block_bytes)
-        return int(max(self.ahead, min(limit, 2 * get_engine().concurrency("async"))))
+        engine = get_engine()
+        depth = max(engine.concurrency(engine.context.lane(v.source)) for v in self.variables if v.source.is_async)
+        return int(max(self.ahead, min(limit, 2 * depth)))
 
     def _package(self, outs: list[np.ndarray], starts: np.ndarray) -> Any:
         if self.squeeze:

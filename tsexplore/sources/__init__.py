@@ -168,7 +168,7 @@ def open_group(
         from .zarr_source import open_node, open_zarr_group
 
         hierarchy.check_zarr(obj)
-        opened = open_node(obj, storage_options, **hierarchy.zarr_kwargs())
+        opened = open_node(obj, storage_options, reader=options.reader, **hierarchy.zarr_kwargs())
         sources, coords, attrs = open_zarr_group(obj, storage_options, options, opened=opened)
         return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
     return _open_in_memory(obj, options, grid)
@@ -220,7 +220,7 @@ def _open_path(
 
         hierarchy.check_zarr(path)
         # once: each round trip counts remotely
-        opened = open_node(path, storage_options, **hierarchy.zarr_kwargs())
+        opened = open_node(path, storage_options, reader=options.reader, **hierarchy.zarr_kwargs())
         if isinstance(opened[0], zarr.Group):
             where = f"{path.rstrip('/')}/{hierarchy.path}" if hierarchy.path else path
             spec = read_multiscale(where, storage_options, group=opened[0])
@@ -327,7 +327,7 @@ def open_tree(
 
     hierarchy.check_zarr(obj)
     target = os.fspath(obj) if isinstance(obj, Path) else obj
-    node, root, store = open_node(target, storage_options, **hierarchy.zarr_kwargs())
+    node, root, store = open_node(target, storage_options, reader=options.reader, **hierarchy.zarr_kwargs())
     if not isinstance(node, zarr.Group):
         raise SourceError(f"{obj!r} is a Zarr array, not a group: open it with open_dataset")
     out = {}

@@ -121,9 +121,9 @@ class BloscBlocks:
         head = aux(head_key)
         if head is ABSENT:
             return Located(None)
-        if ranges_pay is not None and not ranges_pay(*self.needed(box, head), head is not None):
+        if self.unsupported or head is False:
             return Located(key)
-        if self.unsupported:
+        if ranges_pay is not None and not ranges_pay(*self.needed(box, head), head is not None):
             return Located(key)
         if head is None:
             return NeedAux(head_key, key, ByteRange(0, self.head_len or self._guess_head()))
