@@ -1,4 +1,4 @@
-"""Level choice and progressive overview plans (``tsexplore.engine.levels``), property-tested."""
+"""Level choice and progressive overview plans (``tsexplore.controller.geometry``), property-tested."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsexplore.engine.levels import LevelGeometry, choose_level, overview_plan
+from tsexplore.controller.geometry import LevelGeometry, choose_level, overview_plan
 from tsexplore.errors import ConfigError
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .engine.levels import LevelGeometry
+from .controller.geometry import LevelGeometry
 from . import config
 from .errors import ConfigError, TsExploreError
 from .sources import SourceGroup
@@ -102,7 +102,7 @@ class Levels(Sequence[xr.Dataset]):
         return None if found is None else (tuple(found.dims), tuple(found.shape), tuple(found.chunks))
 
     def geometry(self, ydim: str, xdim: str, var: str | None = None) -> list[LevelGeometry]:
-        """The (``ydim``, ``xdim``) plane of every level, for ``engine.levels`` planning."""
+        """The (``ydim``, ``xdim``) plane of every level, for ``controller.geometry`` planning."""
         out = []
         for k, lev in enumerate(self.spec.levels):
             arrays = [a for a in lev.arrays if var is None or a.name == var] or list(lev.arrays)

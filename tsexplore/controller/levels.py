@@ -3,13 +3,13 @@ progressive read.
 
 A :class:`ViewLevel` is one level of a pyramid as the controller reads it: the level's array
 (a whole source), its :class:`~tsexplore.controller.PlaneGeometry` (for :func:`resolve`) and its
-:class:`~tsexplore.engine.levels.LevelGeometry` (its place in level 0). Level 0 is the array the
+:class:`~tsexplore.controller.geometry.LevelGeometry` (its place in level 0). Level 0 is the array the
 view shows; view ranges are always in level-0 index coordinates.
 
 - :func:`plan_view`: the reads that show a :class:`ViewState`: the level whose resolution
-  matches the screen (:func:`~tsexplore.engine.levels.choose_level`), preceded by a coarser
+  matches the screen (:func:`~tsexplore.controller.geometry.choose_level`), preceded by a coarser
   level that is cached or cheap when the chosen one is not ready
-  (:func:`~tsexplore.engine.levels.overview_plan`), each as a :class:`ViewRequest` with its
+  (:func:`~tsexplore.controller.geometry.overview_plan`), each as a :class:`ViewRequest` with its
   ``level`` and level-0 ``extent``; with one level it is exactly :func:`resolve`.
 - :func:`tile_requests`: the chosen level's read cut into one request per chunk (the pieces
   painted as their chunks arrive), nearest the middle of the view first.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine.levels import LevelGeometry, overview_plan
+from .geometry import LevelGeometry, overview_plan
 from ..errors import ConfigError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource

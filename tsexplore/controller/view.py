@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ..engine import Engine
-from ..engine.levels import LevelGeometry
+from .geometry import LevelGeometry
 from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
