@@ -52,6 +52,7 @@ from ..errors import (
     ReadTimeoutError,
     TsExploreError,
 )
+from ..sources import buffers
 from ..sources.base import ChunkSource
 from ..sources.requests import SELF, Located, NeedAux
 from .absent import AbsentChunks
@@ -341,7 +342,7 @@ def _with(aux: AuxKey, value: Any, look: Callable[[AuxKey], Any]) -> Callable[[A
 
 def _ranges_pay(source: ChunkSource, services: Services) -> Callable[[int, int, bool], bool] | None:
     """For a part of a chunk: whether its blocks' byte ranges pay against the whole frame,
-    which the engine then keeps (:func:`_keeps_frames`): ``keep_stored="always"``: never;
+    which the engine then keeps (:func:`_keeps_frame`): ``keep_stored="always"``: never;
     ``"remote"`` (the default): not on a remote store whose views follow a pattern (the next
     frames of the chunk come next), else as the store's link says; ``"never"``: always.
     Local files read by ranges: the page cache holds the frames."""
@@ -358,10 +359,15 @@ def _never(whole: int, needed: int, head_known: bool) -> bool:
     return False
 
 
-def _keeps_frames(source: ChunkSource, services: Services) -> bool:
-    """Whether a frame fetched whole for a part is kept in the encoded tier."""
+def _keeps_frame(source: ChunkSource, request: ChunkRequest, services: Services) -> bool:
+    """Whether a chunk's stored bytes, fetched whole, are kept in the encoded tier: for a part
+    (read whole: the next parts decode from it) by ``keep_stored``; for a whole chunk of a
+    remote store whose views follow a pattern (its decoded values leave the cache once the
+    views have passed it, a revisit decodes from memory)."""
     policy = services.context.settings.keep_stored
-    return policy == "always" or (policy == "remote" and not source.store.sync)
+    if policy == "never" or (policy == "remote" and source.store.sync):
+        return False
+    return isinstance(request.part, Blocks) or (not source.store.sync and services.following(source))
 
 
 def _read_sync(source: ChunkSource, job: Job) -> None:
@@ -384,21 +390,28 @@ def _decode(source: ChunkSource, job: Job, services: Services) -> None:
     assert data is not None
     try:
         if request.part is STORED:
-            frame = np.frombuffer(data[0], dtype=np.uint8).copy()
+            frame = _own(data[0])
             services.cache.put(request, frame, frame.nbytes)
             job.value = STORED
             return
         located = job.located
         assert isinstance(located, Located)
         job.value, job.decoded = source.decode(request, located, data)
-        if (isinstance(request.part, Blocks) and located.ranges is None and located is not MEMORY
-                and _keeps_frames(source, services)):
-            frame = np.frombuffer(data[0], dtype=np.uint8).copy()
+        if located.ranges is None and located is not MEMORY and _keeps_frame(source, request, services):
+            frame = _own(data[0])
             services.cache.put(request.stored, frame, frame.nbytes)
     except Exception as exc:  # noqa: BLE001 - checked below
         job.error = exc
     finally:
         job.data = None  # the fetch's buffers may be a scratch to reuse
+
+
+def _own(data: Any) -> np.ndarray:
+    """A copy of fetched bytes to keep, in a recycled buffer (the fetch's may be a scratch)."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    out = buffers.empty(view.size)
+    out[:] = view
+    return out
 
 
 def _check(source: ChunkSource, job: Job, services: Services, seconds: float) -> None:

@@ -276,6 +276,9 @@ class Prefetcher:
         #: per source, the plans of views read ahead lately (a view is planned once)
         self._plans: dict[str, collections.OrderedDict[Any, list[ChunkRequest]]] = {}
         self.last_policy: dict[str, str] = {}
+        #: per source, where a steady pattern's release of passed chunks stopped:
+        #: ``(axis, direction, chunk index)``
+        self._passed: dict[str, tuple[int, int, int]] = {}
         #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
         self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any, float]] = []
         self._draining = False  # a drain is scheduled on the engine's thread
@@ -399,6 +402,8 @@ class Prefetcher:
                 self._mode.pop(source.token, None)
             return []
         mode, targets, views, steady = found
+        if mode[0] == "momentum" and steady:
+            self._release_passed(source, history, mode[1], mode[2])  # type: ignore[arg-type]
         track = self.guesses(source, str(mode[0]))
         room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
         keys = self._select(source, track, targets, views, one_pass, room)
@@ -422,6 +427,30 @@ class Prefetcher:
             generation=gen, skip_taken=one_pass,
         )
         return indices
+
+    def _release_passed(self, source: ChunkSource, history: list[Observation], axis: int, direction: int) -> None:
+        """The chunks a steady pattern has passed along ``axis`` (behind this view, from where
+        the last release stopped or the last view was) leave the decoded tier: their buffers
+        decode what comes next instead of fresh memory. Their stored bytes stay where they
+        are: a local store's in the page cache, a remote store's frames in the encoded tier."""
+        token = source.token
+        first, last = history[-1].ranges[axis]
+        now = first if direction > 0 else last
+        lo, hi = history[-2].ranges[axis]
+        start = lo if direction > 0 else hi
+        with self._lock:
+            mark = self._passed.get(token)
+            if mark is not None and mark[:2] == (axis, direction) and abs(mark[2] - now) <= 2:
+                start = mark[2]
+            self._passed[token] = (axis, direction, now)
+        behind = range(start, now) if direction > 0 else range(now + 1, start + 1)
+        if not behind or len(behind) > 2:
+            return  # nothing passed, or a jump: what it left may be visited again
+        spans = [range(a, b + 1) for a, b in history[-1].ranges]
+        spans[axis] = behind
+        cache = self._engine.cache
+        cache.discard([k for k in (ChunkRequest(token, i) for i in itertools.product(*spans))
+                       if not cache.is_pinned(k)])
 
     def _targets(
         self,
