@@ -73,9 +73,8 @@ def read_selection(
     timeout = engine.context.settings.wait_timeout if timeout is None else timeout
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in plan.indices], dtype, timeout)
-    # thin regions of blosc chunks: only their blocks (unless a steady pattern reads them all)
-    requests = plan_requests(plan, source, engine.prefetcher.following(source),
-                             engine.context.settings.partial_decode)
+    # thin regions of blosc chunks: only their blocks
+    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
     items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
     observe = priority is Priority.VISIBLE if observe is None else observe
     if observe and any(isinstance(item, cf.Future) for item in items):

@@ -5,10 +5,13 @@ reads parts of chunks from their blosc blocks (``source.blocks``) and the select
 *box* in a chunk needs few of the chunk's blocks (``blocks.worth(box)``: a frame of a deep
 chunk, a few rows, a pixel's profile), the request is a :class:`~.types.Blocks` part of the
 chunk instead of the whole chunk. Parts go through the same read table and pipeline as whole
-chunks, with three differences: a part is answered by its whole chunk when that is cached
-(:func:`is_part` tells which came back); a part read for a reader is one-pass (its buffer is
-recycled once the reader is done), a part read ahead by the prefetcher is kept until a reader
-takes it; and the parts of local chunks a reader waits for are read in the reader's own thread.
+chunks, with four differences: a part is answered by its whole chunk when that is cached, and
+joins the read of its whole chunk when that is in flight (:func:`is_part` tells which came
+back); a part read for a reader is one-pass (its buffer is recycled once the reader is done),
+a part read ahead by the prefetcher is kept until a reader takes it; and the parts of local
+chunks a reader waits for are read in the reader's own thread. So when play becomes a steady
+pattern, the frame on screen is still read by parts while the prefetcher reads the chunks
+ahead whole, and once they are cached the frames are cut from them.
 """
 
 from __future__ import annotations
@@ -32,20 +35,12 @@ def extent(sel: Any) -> tuple[int, int]:
     return int(sel[0]), int(sel[-1]) + 1
 
 
-def plan_requests(
-    plan: SelectionPlan, source: ChunkSource, following: bool = False, parts: bool = True
-) -> list[ChunkRequest]:
-    """The request for each chunk of ``plan`` (in :attr:`SelectionPlan.indices` order).
-
-    ``following``: the views of ``source`` move along a steady pattern (play, scrub). A local
-    chunk is then read and decoded whole, once: the next views need the rest of it, and one
-    whole read costs less than a part read per view. A remote store keeps its parts (a round
-    trip per chunk is what counts there; the pipeline keeps the frames it fetches whole).
-    ``parts`` False (``tse.config`` ``partial_decode``): whole chunks only.
-    """
+def plan_requests(plan: SelectionPlan, source: ChunkSource, parts: bool = True) -> list[ChunkRequest]:
+    """The request for each chunk of ``plan`` (in :attr:`SelectionPlan.indices` order);
+    ``parts`` False (``tse.config`` ``partial_decode``): whole chunks only."""
     token = source.token
     blocks = source.blocks
-    if blocks is None or not parts or not plan.dims or (following and not source.is_async):
+    if blocks is None or not parts or not plan.dims:
         return [ChunkRequest(token, index) for index in plan.indices]
     per_dim = [[extent(p[1]) for p in d.pieces] for d in plan.dims]
     worth = blocks.worth

@@ -476,7 +476,7 @@ class Prefetcher:
                 steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
                 if key is not None and source.is_async and any(
-                        r.part is not WHOLE for r in plan_requests(plan, source, True)):
+                        r.part is not WHOLE for r in plan_requests(plan, source)):
                     views = self._views(source, key, history, axis, slab_latency)
                 if targets or views:
                     return ("momentum", axis, direction), targets, views, steady

@@ -186,7 +186,8 @@ class ReadTable:
         cached: Callable[[ChunkRequest], Any] | None = None,
         skip_taken: bool = False,
     ) -> dict[ChunkRequest, Any]:
-        """The read of each key: joined when in flight, else queued anew.
+        """The read of each key: joined when in flight (a part: also when its whole chunk
+        is), else queued anew.
 
         ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
         the table's lock and its value returned instead of a read (a read that ended after
@@ -200,8 +201,12 @@ class ReadTable:
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
+                if read is None and key.part is not WHOLE:  # a part joins its whole chunk's read
+                    read = self._reads.get(key.whole)
                 if read is not None and read.state in ("queued", "running"):
-                    self._join_locked(read, key, priority, cache, tally)
+                    # (a part that joins its whole chunk's read keeps the chunk for the views
+                    # that follow)
+                    self._join_locked(read, priority, cache or read.key != key, tally)
                 else:
                     if skip_taken and key.whole in self.taken:
                         continue
@@ -217,7 +222,7 @@ class ReadTable:
                 reads[key] = read
         return reads
 
-    def _join_locked(self, read: Read, key: ChunkRequest, priority: Priority, cache: bool, tally: Tally) -> None:
+    def _join_locked(self, read: Read, priority: Priority, cache: bool, tally: Tally) -> None:
         if priority is not Priority.SPECULATIVE:  # (the prefetcher asking again changes nothing)
             if cache:
                 read.keep, read.prefetch_only = True, False
@@ -226,9 +231,9 @@ class ReadTable:
             if read.priority is Priority.SPECULATIVE:
                 self.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
             tally.joined += 1
-            if key in self.prefetched:
-                self.prefetched.discard(key)
-                self._used_locked(key)
+            if read.key in self.prefetched:
+                self.prefetched.discard(read.key)
+                self._used_locked(read.key)
                 tally.prefetch_used += 1
         if priority < read.priority:
             read.priority = priority

@@ -1,37 +1,24 @@
 """Bytes of stored objects, by byte ranges: the one interface every store implements.
 
-A :class:`ByteStore` gets byte ranges of one object (a chunk, a shard, a file) by its key,
-relative to the store's root::
+A :class:`ByteStore` answers ``await store.get_ranges(key, ranges, ctx)`` (``get_ranges_sync``
+where ``store.sync``): one bytes-like object per range of object ``key`` (None in ``ranges``:
+the whole object; shorter where a range runs past the end), or None when the object is absent
+(the caller fills or raises). Ranges are coalesced inside the store, one rule per medium
+(:func:`coalesce`): a local file merges ranges 64 KiB apart, a remote store ranges closer than
+its link's bandwidth-delay product (:mod:`.link`).
 
-    await store.get_ranges(key, [ByteRange(0, 16), ByteRange(4096, 8192)], ctx)
-    await store.get_ranges(key, [None], ctx)          # the whole object
-    store.get_ranges_sync(key, ranges, ctx)           # the same, blocking (where store.sync)
-
-The answer has one bytes-like object per range (``bytes``, ``memoryview``, a ``uint8``
-array: anything with the buffer protocol), shorter than asked where the range runs past the
-object's end, or is ``None`` when the store has no such object (the caller decides: the fill
-value, or :class:`~tsexplore.errors.MissingChunkError`). Ranges are **coalesced inside the
-store**, one rule per medium (:func:`coalesce`): ranges closer than the store's gap are read
-as one request and cut apart again (a local file: 64 KiB, where a gap costs less than a
-system call; a remote store: its link's bandwidth-delay product, :mod:`.link`).
-
-Every other failure raises: transient ones (408/429/5xx, a reset connection, a body cut short
-mid-stream, no answer within ``http_timeout``) are retried with jittered exponential backoff,
-at most ``retries`` times, each counted as ``retries``; what is left raises
-:class:`~tsexplore.errors.RemoteReadError` or :class:`~tsexplore.errors.ReadTimeoutError`.
-Settings and counters come from the read's context (``ctx``, :class:`~.base.ReadContext`;
-None: one attempt, nothing counted). Each request is counted (``store_requests``, and
-``range_requests`` for byte ranges) and timed by the store's :class:`~.link.LinkModel`.
-
-Servers that ignore ``Range`` (a plain static server such as Python's ``http.server``)
-answer a range with the whole object (HTTP 200), or, to obstore, seem to refuse ranges:
-either way the range is cut from the whole object here, the host is remembered (its later
-ranges are whole-object GETs at once) and each such request counts as
-``whole_object_fallbacks``. A read a whole GET would serve never fails for want of ranges.
+Transient failures (408/429/5xx, a reset connection, a body cut short, no answer within
+``http_timeout``) are retried with jittered exponential backoff, at most ``retries`` times,
+each counted; then :class:`~tsexplore.errors.RemoteReadError` or ``ReadTimeoutError``. The
+settings and counters come from the read's context (``ctx``; None: one attempt, nothing
+counted). Requests are counted (``store_requests``, ``range_requests``) and timed by the
+store's :class:`~.link.LinkModel`. A server that ignores ``Range`` (Python's ``http.server``)
+answers with the whole object, or, to obstore, refuses ranges: the ranges are cut from the
+whole object, the host is remembered (its later ranges are whole GETs) and counted as
+``whole_object_fallbacks``.
 
 :class:`LocalFiles` (``os.preadv`` into the reading thread's scratch buffer) is here; the
-remote stores (fsspec, obstore, zarr stores) and the function that picks one for a URL are in
-:mod:`.remote`.
+remote stores and the choice of one for a URL are in :mod:`.remote`.
 """
 
 from __future__ import annotations
@@ -239,12 +226,6 @@ class ByteStore:
         """Like :meth:`get_ranges`, blocking (only where ``sync`` is True). ``reuse``: the
         answers may be views of this thread's scratch buffer, valid until its next read."""
         raise NotImplementedError(f"{type(self).__name__} has no blocking reads")
-
-    async def get_many(
-        self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None
-    ) -> list[list[Buffer] | None]:
-        """:meth:`get_ranges` of several objects, concurrently."""
-        return list(await asyncio.gather(*(self.get_ranges(k, r, ctx) for k, r in requests)))
 
     def get_many_sync(
         self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None,
