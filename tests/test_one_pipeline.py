@@ -60,7 +60,8 @@ def _store(path: Path, codecs: str = "blosc") -> np.ndarray:
     elif codecs == "transpose":  # a chain tsexplore leaves to zarr
         kwargs = {"filters": [TransposeCodec(order=(0, 2, 1))]}
     group = zarr.open_group(str(path), mode="w")
-    arr = group.create_array("v", shape=SHAPE, chunks=CHUNKS, dtype="float32",
+    chunks = (16, 64, 64) if codecs == "sharded" else CHUNKS  # a frame's inner chunks in one shard
+    arr = group.create_array("v", shape=SHAPE, chunks=chunks, dtype="float32",
                              dimension_names=("time", "y", "x"), **kwargs)
     arr[...] = values
     zarr.consolidate_metadata(str(path))

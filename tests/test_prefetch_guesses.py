@@ -112,15 +112,16 @@ def cube(tmp_path: Path) -> tuple[Path, np.ndarray]:
 
 @pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
 def test_play_decodes_ahead_only_what_it_shows(cube) -> None:  # type: ignore[no-untyped-def]
-    """The first frames are read as parts; once play is a steady pattern its chunks are read
-    whole, once, ahead of it (it will show every frame of them): nothing decoded in vain."""
+    """The frames of the first chunk-row are read as parts; once play is a steady pattern the
+    chunks ahead of it are read whole, once (it will show every frame of them): nothing
+    decoded in vain."""
     path, values = cube
     da = tse.open_dataset(path)["temp"]
     for t in range(128):
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
         time.sleep(0.01)
     snap = tse.stats()
-    assert 4 <= snap.part_reads <= 4 * 8, snap  # a cold start in parts, then whole chunks
+    assert 4 <= snap.part_reads <= 16 * 4, snap  # the first chunk-row in parts, then whole chunks
     assert snap.prefetch_used_ratio >= 0.9, snap
     assert snap.decoded_ratio <= 1.1, snap  # nothing decoded that play did not show
     assert snap.hits + snap.joined >= 0.8 * 128 * 4, snap
@@ -141,7 +142,7 @@ def test_play_keeps_only_the_chunks_around_the_view_decoded(cube) -> None:  # ty
     for t in range(128):
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
     snap = tse.stats() - before
-    assert 0 < snap.reads <= 2 * 8 * 4, snap  # each chunk decoded again, about once
+    assert 0 < snap.bytes_decoded <= 1.2 * values.nbytes, snap  # each chunk decoded again, once
 
 
 def test_a_second_loop_of_remote_play_decodes_from_the_encoded_tier(cube) -> None:  # type: ignore[no-untyped-def]

@@ -252,10 +252,14 @@ class Engine:
             out.append(value)
             if waiting:
                 tally.hits += 1
-                if prefetched and key in prefetched and self._table.take_prefetched(key):
+                if not prefetched:
+                    continue
+                if key in prefetched and self._table.take_prefetched(key):  # read ahead as asked
                     tally.prefetch_used += 1
                     if not keep or key.part is not WHOLE:
                         consumed.append(key)
+                elif key.part is not WHOLE and self._table.take_prefetched(key.whole):  # its chunk
+                    tally.prefetch_used += 1
         if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
