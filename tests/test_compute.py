@@ -332,3 +332,21 @@ def test_engine_closed_during_a_background_run_fails_the_job():
     with pytest.raises(TsExploreError):
         job.result(timeout=1)
     get_engine()  # a fresh engine works again afterwards
+
+
+def test_a_reduction_over_a_selection_reads_only_the_chunks_of_the_selection(tmp_path) -> None:
+    """The reduction announces where its reads end: the prefetcher guesses nothing beyond
+    them, so reducing the first quarter of the frames reads the chunks of that quarter, once."""
+    import zarr
+
+    values = np.random.default_rng(3).standard_normal((64, 32, 32)).astype("float32")
+    arr = zarr.create_array(str(tmp_path / "c.zarr"), shape=values.shape, chunks=(4, 16, 16),
+                            dtype="float32", dimension_names=("time", "y", "x"))
+    arr[...] = values
+    ds = tse.open_dataset(tmp_path / "c.zarr")
+    da = ds[list(ds.data_vars)[0]]
+    out = tse.reduce(da.isel(time=slice(0, 16)), "mean", dim="time", progress=False)
+    np.testing.assert_allclose(out.values, values[:16].astype("float64").mean(axis=0), rtol=1e-5, atol=1e-6)
+    snap = tse.stats()
+    assert snap.reads == 4 * 2 * 2, snap  # 4 chunk-rows of 2 x 2 chunks, nothing past them
+    assert snap.decoded_ratio == pytest.approx(1.0), snap

@@ -18,6 +18,7 @@ The DataArray goes through the one resolver (:func:`tsexplore.resolve.resolve`):
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ import xarray as xr
 from .. import config
 from ..engine import get_engine
 from ..engine.lookahead import look_ahead
+from ..engine.planning import plan_selection
 from ..resolve import SelectionSource, engine_backed, fallback_source, try_resolve
 from ..sources.base import ChunkIndex, ChunkSource
 
@@ -67,7 +69,13 @@ def read_locally(
         raise TypeError(f"{source!r} cannot be read synchronously")
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="tsexplore-reduce-read")
     timeout = config.get().wait_timeout
-    activity = get_engine().activity
+    engine = get_engine()
+    activity = engine.activity
+    # a selection of an engine source: the prefetcher's guesses stay within its chunks
+    resolved = getattr(source, "resolved", None)
+    bounds = contextlib.nullcontext() if resolved is None else engine.prefetcher.bounded(
+        resolved.source, plan_selection(resolved.source_key(), resolved.source.shape,
+                                        resolved.source.chunks).chunk_ranges())
 
     def wait(index: ChunkIndex, fut: cf.Future) -> np.ndarray:
         chunk = fut.result(timeout=timeout)[0]
@@ -75,12 +83,13 @@ def read_locally(
         return chunk  # type: ignore[no-any-return]
 
     try:
-        yield from look_ahead(
-            (tuple(index) for index in order),
-            lambda index: pool.submit(read, index),
-            wait,
-            ahead=ahead,
-            abandon=lambda fut: fut.cancel(),
-        )
+        with bounds:
+            yield from look_ahead(
+                (tuple(index) for index in order),
+                lambda index: pool.submit(read, index),
+                wait,
+                ahead=ahead,
+                abandon=lambda fut: fut.cancel(),
+            )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

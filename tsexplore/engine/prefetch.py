@@ -1,37 +1,32 @@
 """Prefetch policies learned from the access history (no flags from the user).
 
-- *momentum*: the last reads moved along one axis in one direction -> read ahead along it.
-  Depth (in elements) = velocity x (2 x fetch latency of one slab + 0.1 s) + one chunk,
-  bounded by half the cache headroom and by ``max_slabs`` (or 16 chunks, for small slabs).
-  When the views read parts of chunks (frames of deep blosc chunks, see :mod:`.parts`), the
-  guesses are the next *views* -- the same selection moved on by the last step, as parts --
-  so only what play will show is decoded ahead (at most ``max_views`` views), while the
-  chunks of the slabs ahead are only read ahead as stored bytes (remote stores) or hinted to
-  the disk (local files).
-- *neighbourhood*: the view moved along two or more axes (pan / zoom) -> a ring of one chunk
+- *momentum*: the last reads moved one way along one axis -> read ahead along it: velocity x
+  (2 x a slab's read latency + 0.1 s) + one chunk, within half the cache headroom and
+  ``max_slabs``. A remote store whose views read parts of chunks gets the next *views* as
+  parts (at most ``max_views``) and the slabs ahead as stored bytes; otherwise the chunks of
+  the slabs ahead are read whole. A steady pattern releases the chunks it has passed from the
+  decoded tier (:meth:`Prefetcher._release_passed`).
+- *neighbourhood*: the view moved along two or more axes (pan / zoom) -> the ring of chunks
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
 
-Every guess must be earned (:mod:`.guesses`): each policy of each source has an allowance
-that grows with the guesses readers used and halves when they go unused, so on access
-without a pattern (random jumps) the prefetcher falls silent, and comes back on a steady
-pattern (:func:`steady_steps`).
-
-A source built with ``prefetch="off"`` (``source.options``) disables the first two. Choosing
-what to fetch is a pure function (:func:`momentum_targets`, :func:`ring_targets`,
-:func:`shifted_keys`) that the tests call directly.
+Every guess must be earned (:mod:`.guesses`): on access without a pattern the prefetcher falls
+silent, and a steady pattern brings it back (:func:`steady_steps`). ``prefetch="off"`` disables
+the first two. What to fetch is a pure function (:func:`momentum_targets`, :func:`ring_targets`,
+:func:`shifted_keys`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -47,11 +42,9 @@ from .types import STORED, WHOLE, ChunkRequest, Priority
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
 #: and a whole view's worth (or slab's) after one more
 STEADY = 3
-#: seconds the engine's thread waits, after a read answered from the cache, before it plans
-#: ahead from the reads answered meanwhile (one wake-up of it for all of them; each keeps the
-#: time it was answered). Every drain plans from the newest read and takes the GIL from the
-#: reader: measured, 100,000 random cached reads cost 66-73 us each with 2 ms, 61-63 with 5
-#: and 51-57 with 10, against a read-ahead horizon of 100 ms and more
+#: seconds the engine's thread waits after a read answered from the cache before it plans from
+#: the reads answered meanwhile: one wake-up for all of them (each keeps the time it was
+#: answered); a drain takes the GIL from the reader, and read-ahead horizons are 100 ms and more
 DRAIN_DELAY = 0.01
 #: views a source's history keeps (the momentum and neighbourhood patterns look at the last few)
 HISTORY = 8
@@ -63,31 +56,18 @@ class PrefetchHost(Protocol):
     """What the prefetcher needs from the engine, and nothing more."""
 
     cache: ChunkCache
+    hints: ReadAheadMemory
 
     @property
     def closed(self) -> bool: ...
-
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float: ...
-
     def call_soon(self, fn: Any, *args: Any) -> None: ...
-
-    hints: ReadAheadMemory
-
-    def submit(
-        self,
-        source: ChunkSource,
-        requests: list[ChunkRequest],
-        priority: Priority = ...,
-        *,
-        channel: str | None = ...,
-        generation: int | None = ...,
-        skip_taken: bool = ...,
-    ) -> list[Any]: ...
+    def submit(self, source: ChunkSource, requests: list[ChunkRequest], priority: Priority = ..., *,
+               channel: str | None = ..., generation: int | None = ..., skip_taken: bool = ...) -> list[Any]: ...
 
 
 class Observation(NamedTuple):
-    """One read, as the prefetcher learns from it (a named tuple: one is made per read
-    answered, on the engine's thread, which a frozen dataclass makes several times dearer)."""
+    """One read, as the prefetcher learns from it (one per read answered: a named tuple)."""
 
     time: float
     lo: tuple[int, ...]  # first element selected along each axis
@@ -279,9 +259,24 @@ class Prefetcher:
         #: per source, where a steady pattern's release of passed chunks stopped:
         #: ``(axis, direction, chunk index)``
         self._passed: dict[str, tuple[int, int, int]] = {}
+        #: per source, the chunk box a reader announced it reads within (guesses stay in it)
+        self._bounds: dict[str, tuple[tuple[int, int], ...]] = {}
+
         #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
         self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any, float]] = []
         self._draining = False  # a drain is scheduled on the engine's thread
+
+    @contextlib.contextmanager
+    def bounded(self, source: ChunkSource, ranges: tuple[tuple[int, int], ...]) -> Iterator[None]:
+        """While inside, guesses of ``source``'s chunks stay within ``ranges`` (first, last
+        chunk per axis): a reduction over a selection announces where its reads end."""
+        with self._lock:
+            self._bounds[source.token] = tuple(ranges)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._bounds.pop(source.token, None)
 
     def following(self, source: ChunkSource) -> bool:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
@@ -530,6 +525,9 @@ class Prefetcher:
         """The guesses to make now: at most ``room``, none cached or already guessed."""
         engine, cache = self._engine, self._engine.cache
         token = source.token
+        bounds = self._bounds.get(token)
+        if bounds is not None:
+            targets = [t for t in targets if all(lo <= i <= hi for i, (lo, hi) in zip(t, bounds))]
         if views is None:
             named = [ChunkRequest(token, tuple(t)) for t in targets]
         else:  # the next views (as parts); the slabs ahead only as stored bytes (remote)
