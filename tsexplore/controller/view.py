@@ -339,6 +339,21 @@ class ViewController:
         """Read the current view again (e.g. after a colour change)."""
         return self.update()
 
+    def read(self, state: ViewState | None = None, *, channel: str | None = None,
+             timeout: float | None = None) -> Frame:
+        """The frame of ``state`` (default: the current view) read now on the calling thread,
+        at the level chosen for it, coloured as the view colours its frames -- without showing
+        it, and on reads of its own (``channel``, default ``"<this view's>-read"``: the view's
+        newer generations do not cancel them). A movie's frames are read so."""
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        state = self._state if state is None else state
+        self._check_indices(state)
+        target = self.plan(state, 0).steps[-1]
+        return read_frame(self.engine, self.levels[target.level], target, channel=channel or f"{self.channel}-read",
+                          clim=self.clim, percentiles=self.percentiles,
+                          timeout=self.timeout if timeout is None else timeout, started=time.perf_counter())
+
     def wait(self, generation: int | None = None, timeout: float = 30.0) -> Frame:
         """Block until a frame of ``generation`` (default: the newest) or newer is delivered."""
         want = self._generation if generation is None else generation

@@ -121,6 +121,12 @@ def range_toggle(w: Any, value: str) -> Any:
                            layout=w.Layout(width="200px", flex="0 0 auto"))
 
 
+def position(state: Any) -> str:
+    """A view's slider position as text (``"time=3,z=7"``): what pairs a frame with the label
+    layer read for the same position."""
+    return ",".join(f"{d}={i}" for d, i in state.indices)
+
+
 def frame_info(frame: Any, nlevels: int) -> str:
     """The status line under the image for ``frame`` (a :class:`~tsexplore.controller.Frame`)."""
     req = frame.whole or frame.request

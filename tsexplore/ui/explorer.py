@@ -36,6 +36,7 @@ from ..controller import (
 )
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
+from . import export
 from ._axes import AxisMap
 from ._colour import ExplorerColour
 from ._kernel import Dispatcher
@@ -46,6 +47,7 @@ from ._parts import (
     dropdown,
     frame_info,
     hover_text,
+    position,
     row,
     selection_of,
     slider_rows,
@@ -55,9 +57,12 @@ from .canvas import CMAPS, ImageCanvas, axis_spec
 from .planes import watch
 from .profile import ProfilePanel
 from .roi import RoiHandle, RoiPanel, RoiPlot
+from .theme import ThemedPlots
 
 SLIDERS = ("canvas", "ipywidgets")
 PROFILE_WIDTH = 300
+#: the StatsPanel's narrowest width: beside the image when the row has this much room left
+STATS_MIN_WIDTH = 320
 
 
 class _Bound:
@@ -95,6 +100,7 @@ class Explorer:
         clim: tuple[float, float] | None = None,
         max_chunks: int = 256,
         stats: bool = True,
+        colorbar: bool = True,
         view: dict[str, Any] | None = None,
         dispatch: Any = "auto",
         slider: str = "canvas",
@@ -131,12 +137,13 @@ class Explorer:
         self.profile_width = PROFILE_WIDTH
         #: called with ``(self, changes)`` after each view change (linked views follow)
         self.followers: list[Any] = []
-        self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids)
+        self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids, colorbar)
+        self.poster = export.Poster(self, self.dispatch.loop)
         self._observe_controls()
         self._build()
 
     def _make_widgets(self, var: str, x: str | None, y: str | None, cmap: str, clim: Any, aspect: str,
-                      encoding: str, stats: bool, levels: Any, pyramids: Any) -> None:
+                      encoding: str, stats: bool, levels: Any, pyramids: Any, colorbar: bool) -> None:
         """The controls, the canvas, the notice, the profile's place and (maybe) the StatsPanel,
         in blocks that wrap (see ``_parts``)."""
         import ipywidgets as w
@@ -156,7 +163,10 @@ class Explorer:
         self.info = w.HTML(value="", layout=w.Layout(max_width=f"{self.width + 72}px"))
         plane = (int(self.ds[var].sizes[y or dims[-2]]), int(self.ds[var].sizes[x or dims[-1]]))
         self.canvas = ImageCanvas(plane, width=self.width, height=self.height, cmap=cmap, aspect=aspect,
-                                  encoding=encoding, dispatch=self.dispatch.loop, wait_ready=True)
+                                  encoding=encoding, dispatch=self.dispatch.loop, wait_ready=True,
+                                  colorbar=bool(colorbar))
+        #: the bokeh plots (profile, region statistics, StatsPanel) in the page's theme
+        self.themed = ThemedPlots()
         self.canvas.ack_policy = "lazy" if self.slider_kind == "canvas" else "eager"
         self.sliders: dict[str, Any] = {}
         self.readouts: dict[str, Any] = {}
@@ -168,15 +178,19 @@ class Explorer:
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
                     row(w, [self.cmap_picker, self.clim_mode])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
-                          max_width=f"{max(self.width + 72, 480)}px")
-        children = [self.main, self.profiles.box, self.rois.box]
+                          max_width=f"{max(self.canvas.outer_width + 4, 480)}px")
+        children = [self.main]
         if stats:
             from .stats_panel import StatsPanel
 
-            self.stats_panel = StatsPanel(explorer=self)
-            self.stats_panel.widget.layout.flex = "0 0 auto"
+            # beside the image when the row has room for its narrowest, else below it across
+            # the whole row (its plots then side by side)
+            self.stats_panel = StatsPanel(explorer=self, themed=self.themed)
+            self.stats_panel.widget.layout.flex = f"1 1 {STATS_MIN_WIDTH}px"
+            self.stats_panel.widget.layout.min_width = f"{STATS_MIN_WIDTH}px"
             self.stats_panel.widget.layout.margin = "0 16px 8px 0"
             children.append(self.stats_panel.widget)
+        children += [self.profiles.box, self.rois.box]
         self.widget = w.Box(children, layout=w.Layout(display="flex", flex_flow="row wrap",
                                                       align_items="flex-start"))
         self.widget.add_class("tsexplore-explorer")
@@ -192,6 +206,7 @@ class Explorer:
         self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
         self.canvas.on_hover(self._hover_text)
         self.canvas.on_roi(self.rois.dragged)
+        self.canvas.observe(lambda ch: self.themed.set(ch["new"]), "theme")
         self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
@@ -216,6 +231,7 @@ class Explorer:
         self.geometry = PlaneGeometry.of(self.selection, ydim, xdim, channel, rgb)
         self.colour.reset(self.geometry, da)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
+        self.canvas.value_axis = {"label": str(da.attrs.get("long_name") or var), "units": str(da.attrs.get("units", ""))}
         view = self._initial_view
         self._initial_view = {}
         indices = {d: int(view.get(d, 0)) for d in self.geometry.slider_dims}
@@ -381,11 +397,12 @@ class Explorer:
             index = frame.request.state.index(dims[0]) if dims else None
             self.canvas.show(frame.image, frame.extent, frame.clim, generation=gen, label=self._title(frame),
                              index=index, mode=frame.mode, info=frame_info(frame, len(self.levels)), final=frame.final,
-                             clims=frame.clims or None, hists=frame.hists)
+                             clims=frame.clims or None, hists=frame.hists, at=position(frame.request.state))
             self._painted = frame.generation
             self.painted_frames += 1
         if frame.final:
             self.pyramid.check(frame, self.geometry, len(self.levels), self.var_picker.value)
+            self.poster.changed()
 
     def _report(self, exc: BaseException) -> None:
         self.dispatch(self._show_error, exc)
@@ -477,6 +494,7 @@ class Explorer:
         self.pyramid.close()
         self.profiles.close()
         self.rois.close()
+        self.poster.close()
         self.canvas.close()
         self.widget.close()
 
@@ -487,7 +505,34 @@ class Explorer:
         self.close()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return export.mimebundle(self, self.widget._repr_mimebundle_(**kwargs))
+
+    # -- pictures ---------------------------------------------------------------------------
+    def snapshot(self, path: Any = None, *, scale: float = 1.0) -> bytes:
+        """The PNG bytes of what the Explorer shows (its picture, labels, colour bars, axes and
+        title, in the page's theme; orthogonal planes as laid out); ``path``: written there
+        too. ``scale``: device pixels per CSS pixel."""
+        return export.snapshot(self, path, scale)
+
+    def movie(self, path: Any, dim: str | None = None, *, fps: float = 10.0, start: int = 0,
+              stop: int | None = None, step: int = 1, scale: float = 1.0, progress: bool = True) -> Any:
+        """Render a movie along ``dim`` (default: the first slider dim) at the view on screen
+        into ``path`` (``.gif``, or ``.mp4`` with imageio-ffmpeg), ``fps`` frames per second,
+        one frame per step ``range(start, stop, step)``, each read through the engine; a
+        progress bar shows. Returns the path."""
+        return export.movie(self, path, dim, fps=fps, start=start, stop=stop, step=step, scale=scale,
+                            progress=progress)
+
+    def _render_frame(self, indices: dict[str, int], timeout: float) -> tuple[list[Any], Any]:
+        """The picture (and label layer) of the view at ``indices``, read now: a movie's frame."""
+        assert self.controller is not None
+        state = self.controller.state.evolve(indices=indices)
+        frame = self.controller.read(state, channel=f"{self.controller.channel}-movie", timeout=timeout)
+        (y0, y1), (x0, x1) = frame.extent
+        meta = {"extent": [[y0, y1], [x0, x1]], "clim": list(frame.clim), "channels": len(frame.channel_clims),
+                "clims": [list(c) for c in frame.clims] if frame.clims else None, "label": self._title(frame),
+                "at": position(state)}
+        return [(meta, frame.image)], None
 
     def link(self, *others: Explorer) -> Any:
         """Keep ``others``' slider, pan and zoom in step with this one (:mod:`.linked`)."""
