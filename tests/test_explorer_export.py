@@ -172,3 +172,72 @@ def test_a_movie_has_one_frame_per_step_in_order(cube, tmp_path, suffix):
             ex.movie(tmp_path / "x.avi")
         with pytest.raises(ConfigError, match="slider dim"):
             ex.movie(tmp_path / "x.gif", dim="y")
+
+
+# -- the label layer ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def labelled(cube):
+    """The cube with a segmentation of it (warm regions, numbered per time step by scipy)."""
+    from scipy import ndimage
+
+    ds, truth = cube
+    values = truth[...]
+    ids = np.stack([ndimage.label(v > np.percentile(v, 80))[0] for v in values]).astype(np.uint32) * 3
+    ds = ds.assign(seg=(("time", "y", "x"), ids, {"long_name": "warm-region segmentation"}))
+    return ds, values, ids
+
+
+def test_labels_travel_as_ids_under_each_frame(labelled):
+    ds, values, ids = labelled
+    with tse.explore(ds, width=128, height=128, stats=False) as ex:
+        assert ex.var_picker.value == "temp" and ex.labels == "seg"  # found by its attributes
+        assert ex.opacity.layout.display == "flex"
+        ex.controller.wait(timeout=30)
+        for t in (0, 9):
+            ex.sliders["time"].value = t
+            frame = ex.controller.wait(timeout=30)
+            deadline = __import__("time").monotonic() + 10
+            while (ex.canvas.label_layer() is None or ex.canvas.label_layer()[0]["at"] != f"time={t}"):
+                assert __import__("time").monotonic() < deadline, "no label layer for the new slice"
+                __import__("time").sleep(0.02)
+            meta, shown = ex.canvas.label_layer()
+            # the ids of the very pixels the frame shows (one per data pixel here)
+            assert shown.dtype.kind == "u" and meta["extent"] == [list(e) for e in frame.extent]
+            np.testing.assert_array_equal(shown, ids[t])
+        # the browser gets compact indices into a table of the ids
+        sent = []
+        ex.canvas.send = lambda content, buffers=None: sent.append((content, buffers))
+        ex.canvas._on_browser(ex.canvas, {"type": "ready", "y": [-0.5, 127.5], "x": [-0.5, 127.5],
+                                          "height": 128, "width": 128, "ny": 128, "nx": 128}, [])
+        (content, buffers), = [(c, b) for c, b in sent if c.get("type") == "labels"]
+        index = np.frombuffer(buffers[0], dtype=content["dtype"]).reshape(content["shape"])
+        table = np.frombuffer(buffers[1], np.uint32)
+        np.testing.assert_array_equal(table[index], ids[9])
+        # the opacity control sets the canvas's; the snapshot blends the labels in
+        ex.label_opacity = 0.8
+        assert ex.canvas.label_opacity == pytest.approx(0.8)
+        plain = tse.explore(ds, labels=None, width=128, height=128, stats=False)
+        try:
+            plain.sliders["time"].value = 9
+            plain.controller.wait(timeout=30)
+            assert plain.labels is None
+            a, b = from_png(ex.snapshot()), from_png(plain.snapshot())
+            m = ex.canvas.margins
+            top, left = m["top"], m["left"]
+            region = (slice(top, top + 128), slice(left, left + 128))
+            differs = np.any(a[region] != b[region], axis=-1)[::-1]  # rows from y = 0 up
+            np.testing.assert_array_equal(differs, ids[9] != 0)  # 0 is transparent
+        finally:
+            plain.close()
+
+
+def test_labels_that_do_not_fit_say_why(labelled):
+    ds, _, ids = labelled
+    with pytest.raises(ConfigError, match="integer ids"):
+        tse.explore(ds, labels=ds.temp.rename("other"), stats=False)
+    with pytest.raises(ConfigError, match="steps"):
+        tse.explore(ds, labels=ds.seg.isel(x=slice(0, 10)).rename("short"), stats=False)
+    with pytest.raises(ConfigError, match="not a variable"):
+        tse.explore(ds, labels="nope", stats=False)

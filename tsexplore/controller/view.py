@@ -34,6 +34,7 @@ from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
 from .ahead import FramesAhead, next_step
+from .labels import LabelFrame, LabelLayer, labels_cached, read_labels
 from .levels import (
     QUICK_CHUNKS,
     ViewLevel,
@@ -52,6 +53,8 @@ from .roi import Region, RoiStats, RoiStreams
 PROFILE_INTERVAL = 0.2
 #: what the view thread's queue hands it when a frame is to be made ahead (see .ahead)
 _AHEAD: tuple[int, ViewState] = (-1, ViewState())
+#: ... and when the label ids of a frame shown on the caller's thread are to be read
+_LABELS: tuple[int, ViewState] = (-2, ViewState())
 
 
 class View(Protocol):
@@ -69,6 +72,10 @@ class View(Protocol):
     def show_roi(self, stats: RoiStats) -> None:
         """The newest region statistics so far (``stats.done`` once complete). Optional: a
         view without it is not told."""
+
+    def show_labels(self, labels: LabelFrame) -> None:
+        """The label ids under the newest complete frame (a view with a label layer).
+        Optional: a view without it is not told."""
 
 
 _ids = itertools.count(1)
@@ -104,6 +111,7 @@ class ViewController:
         levels: Sequence[ViewLevel] | None = None,
         quick_chunks: int = QUICK_CHUNKS,
         inline_cached: bool = False,
+        labels: LabelLayer | None = None,
     ) -> None:
         if max_chunks < 1:
             raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
@@ -123,6 +131,10 @@ class ViewController:
         self.quick_chunks = int(quick_chunks)
         #: show a view whose chunks are all cached on the thread that asked for it
         self.inline_cached = bool(inline_cached)
+        #: the label layer read under each complete frame (:mod:`.labels`), or None
+        self.labels = labels
+        self._labels_shown = -1
+        self._label_job: ViewRequest | None = None
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
@@ -378,10 +390,13 @@ class ViewController:
     # -- the view thread -------------------------------------------------------------------
     def _next_request(self) -> tuple[int, ViewState] | None:
         with self._cond:
-            while self._pending is None and not self._closed and not self.ahead.has_job:
+            while (self._pending is None and not self._closed and not self.ahead.has_job
+                   and self._label_job is None):
                 self._cond.wait(0.5)
             if self._closed:
                 return None
+            if self._pending is None and self._label_job is not None:
+                return _LABELS
             if self._pending is None:
                 return _AHEAD
             job = self._pending
@@ -397,6 +412,12 @@ class ViewController:
                 wish = self.ahead.take_job()
                 if wish is not None:
                     self.ahead.make(wish, self._make_ahead)
+                continue
+            if job is _LABELS:
+                with self._cond:
+                    request, self._label_job = self._label_job, None
+                if request is not None:
+                    self._run_labels(request)
                 continue
             self._run_job(*job)
 
@@ -429,6 +450,7 @@ class ViewController:
         if ahead is not None:
             note_cached_read(self.engine, self.levels[ahead.request.level], ahead.request, channel=self.channel)
             self._deliver(replace(ahead, elapsed=time.perf_counter() - started))
+            self._show_labels(ahead.request)
             return
         plan = self.plan(state, generation)
         target = plan.steps[-1]
@@ -437,6 +459,7 @@ class ViewController:
         if not plan.progressive:
             frame = read_frame(self.engine, level, target, clim=self.clim, percentiles=self.percentiles, **kw)
             self._deliver(frame)
+            self._show_labels(target)
             return
         with self._cond:
             self.counts["progressive"] += 1
@@ -447,6 +470,43 @@ class ViewController:
         for frame in read_tiles(self.engine, level, target, plan.order, clim=base.clim,
                                 stale=lambda: self._stale(generation), **kw):
             self._deliver(frame, show=frame.mode == "tile")
+        self._show_labels(target)
+
+    # -- the label layer (see .labels) ------------------------------------------------------
+    def _show_labels(self, request: ViewRequest) -> None:
+        """Read the label ids under ``request``'s frame and hand them to the view, unless a
+        newer view waits (its own labels come with it)."""
+        show = getattr(self.view, "show_labels", None)
+        if self.labels is None or show is None or self._stale(request.generation):
+            return
+        if threading.current_thread() is not self._thread and not labels_cached(
+                self.engine, self.labels, request, self.geometry):
+            with self._cond:  # a read that waits: on the view thread, never the caller's
+                self._label_job = request
+                self._cond.notify_all()
+            return
+        labels = self.labels_of(request)
+        with self._cond:
+            if self._stale(request.generation) or request.generation < self._labels_shown:
+                return
+            self._labels_shown = request.generation
+        show(labels)
+
+    def _run_labels(self, request: ViewRequest) -> None:
+        try:
+            self._show_labels(request)
+        except RequestCancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+            if self.view is not None and not self._closed:
+                self.view.show_error(exc)
+
+    def labels_of(self, request: ViewRequest, channel: str | None = None) -> LabelFrame:
+        """The label ids under ``request``'s frame, read now (``channel``: default the view's)."""
+        if self.labels is None:
+            raise ConfigError("this view has no label layer")
+        return read_labels(self.engine, self.labels, request, self.geometry, channel=channel or self.channel,
+                           timeout=self.timeout)
 
     def _deliver(self, frame: Frame, show: bool = True) -> None:
         """Hand ``frame`` to the view unless a newer generation was completed meanwhile; a

@@ -27,6 +27,8 @@ import numpy as np
 
 from ..controller import (
     Frame,
+    LabelFrame,
+    LabelLayer,
     PlaneGeometry,
     Profile,
     RoiStats,
@@ -47,6 +49,8 @@ from ._parts import (
     dropdown,
     frame_info,
     hover_text,
+    label_candidates,
+    looks_like_labels,
     position,
     row,
     selection_of,
@@ -83,6 +87,9 @@ class _Bound:
     def show_roi(self, stats: RoiStats) -> None:
         self.explorer.rois.update(stats, self.build)
 
+    def show_labels(self, labels: LabelFrame) -> None:
+        self.explorer._paint_labels(labels, self.build)
+
 
 class Explorer:
     """Browse one variable of a Dataset: pickers, sliders, a zoomable image, a profile."""
@@ -109,12 +116,14 @@ class Explorer:
         levels: Any = None,
         pyramids: Any = None,
         channel: Any = "auto",
+        labels: Any = "auto",
     ) -> None:
         self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
             raise TsExploreError(f"no variable with 2 or more dims to show; got {list(self.ds.data_vars)}")
-        var = var or self.names[0]
+        # shown first: a variable that is not a segmentation
+        var = var or next((n for n in self.names if not looks_like_labels(self.ds[n])), self.names[0])
         if var not in self.names:
             raise ConfigError(f"var={var!r} is not one of the 2-D+ variables {self.names}")
         if cmap not in CMAPS:
@@ -124,6 +133,8 @@ class Explorer:
         self.width, self.height, self.max_chunks = int(width), int(height), int(max_chunks)
         self.slider_kind = slider
         self._channel_arg = channel
+        self._labels_arg = labels
+        self.label_layer: LabelLayer | None = None
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
         self._builds = 0
@@ -156,6 +167,9 @@ class Explorer:
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
         self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
+        self.opacity = w.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.05, description="labels",
+                                     readout_format=".2f", style={"description_width": "initial"},
+                                     layout=w.Layout(width="210px", flex="0 0 auto", display="none"))
         # the range fields the user sees are in the canvas, beside the histogram (filled from
         # each frame: no message of their own); clim_lo / clim_hi are their kernel side
         self.colour = ExplorerColour(self, w, clim)
@@ -176,7 +190,7 @@ class Explorer:
         self.profiles = ProfilePanel(self, block(w, []))
         self.rois = RoiPanel(self, block(w, []))
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
-                    row(w, [self.cmap_picker, self.clim_mode])]
+                    row(w, [self.cmap_picker, self.clim_mode, self.opacity])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.canvas.outer_width + 4, 480)}px")
         children = [self.main]
@@ -200,6 +214,7 @@ class Explorer:
         for picker in (self.y_picker, self.x_picker):
             picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
+        self.opacity.observe(lambda ch: setattr(self.canvas, "label_opacity", float(ch["new"])), "value")
         self.canvas.on_clim(self.colour.picked)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
@@ -229,6 +244,8 @@ class Explorer:
         self.source = self.selection.source
         channel, rgb = channel_of(da, self._channel_arg)
         self.geometry = PlaneGeometry.of(self.selection, ydim, xdim, channel, rgb)
+        self.label_layer = self._find_labels(var)
+        self.opacity.layout.display = "flex" if self.label_layer is not None else "none"
         self.colour.reset(self.geometry, da)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         self.canvas.value_axis = {"label": str(da.attrs.get("long_name") or var), "units": str(da.attrs.get("units", ""))}
@@ -252,6 +269,7 @@ class Explorer:
             state=state, max_chunks=self.max_chunks, clim=self.colour.clim(),
             levels=None if channel else self.pyramid.view_levels(self.selection, self.geometry, var),
             inline_cached=True,  # a cached slider move is sent from the comm handler itself
+            labels=self.label_layer,
         )
         watch(self.controller)
         self._build_sliders(indices)
@@ -259,6 +277,41 @@ class Explorer:
         self.rois.drop()
         self.notice.show(None)
         self.controller.update()
+
+    def _find_labels(self, var: str) -> LabelLayer | None:
+        """The label layer over ``var`` (``labels=``): the first candidate that fits it. One
+        given by name or as a DataArray must fit; others that do not are passed over."""
+        arg = self._labels_arg
+        given = arg is not None and arg is not False and not (isinstance(arg, str) and arg == "auto")
+        for name, holder in label_candidates(self.ds, var, self._labels_arg):
+            try:
+                return LabelLayer.over(selection_of(holder, name), self.geometry, name)
+            except ConfigError:
+                if given:
+                    raise
+        return None
+
+    @property
+    def labels(self) -> str | None:
+        """The name of the label layer drawn over the image (None: none)."""
+        return None if self.label_layer is None else self.label_layer.name
+
+    @property
+    def label_opacity(self) -> float:
+        """How opaque the label layer is drawn (0..1)."""
+        return float(self.opacity.value)
+
+    @label_opacity.setter
+    def label_opacity(self, value: float) -> None:
+        self.opacity.value = max(0.0, min(1.0, float(value)))
+
+    def _paint_labels(self, labels: LabelFrame, build: int) -> None:
+        """The label ids under the newest frame (a controller thread)."""
+        with self._paint_lock:
+            if build != self._builds or self._closed:
+                return
+            gen = self._gen_offset + labels.generation
+        self.canvas.show_labels(labels.ids, labels.extent, generation=gen, at=position(labels.state))
 
     def _plane_dims(self, var: str) -> list[str]:
         """The dims of ``var`` that can be shown as y and x (all but the channel dim)."""
@@ -532,7 +585,12 @@ class Explorer:
         meta = {"extent": [[y0, y1], [x0, x1]], "clim": list(frame.clim), "channels": len(frame.channel_clims),
                 "clims": [list(c) for c in frame.clims] if frame.clims else None, "label": self._title(frame),
                 "at": position(state)}
-        return [(meta, frame.image)], None
+        labels = None
+        if self.label_layer is not None:
+            lf = self.controller.labels_of(frame.request, channel=f"{self.controller.channel}-movie")
+            (ly0, ly1), (lx0, lx1) = lf.extent
+            labels = ({"extent": [[ly0, ly1], [lx0, lx1]], "at": meta["at"]}, lf.ids)
+        return [(meta, frame.image)], labels
 
     def link(self, *others: Explorer) -> Any:
         """Keep ``others``' slider, pan and zoom in step with this one (:mod:`.linked`)."""
