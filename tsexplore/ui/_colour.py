@@ -122,6 +122,9 @@ class ExplorerColour:
             self.ex.canvas.channel_clims = shown
         if requantise:
             ctl.refresh()  # quantised again over the new range
+        ortho = getattr(self.ex, "ortho", None)
+        if ortho is not None:
+            ortho.recolour(requantise)
 
     # -- channels --------------------------------------------------------------------------
     @property

@@ -58,6 +58,7 @@ from ._parts import (
 )
 from ._pyramids import ExplorerLevels
 from .canvas import CMAPS, ImageCanvas, axis_spec
+from .ortho import Orthogonal
 from .planes import watch
 from .profile import ProfilePanel
 from .roi import RoiHandle, RoiPanel, RoiPlot
@@ -117,6 +118,7 @@ class Explorer:
         pyramids: Any = None,
         channel: Any = "auto",
         labels: Any = "auto",
+        ortho: bool | str = False,
     ) -> None:
         self.ds = as_dataset(obj)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
@@ -134,6 +136,9 @@ class Explorer:
         self.slider_kind = slider
         self._channel_arg = channel
         self._labels_arg = labels
+        #: the orthogonal planes (:meth:`orthogonal`), or None; the dim they cross at, wanted
+        self.ortho: Orthogonal | None = None
+        self._ortho_dim: str | None = (ortho if isinstance(ortho, str) else "") if ortho else None
         self.label_layer: LabelLayer | None = None
         self.dispatch = Dispatcher() if dispatch == "auto" else Dispatcher(dispatch)
         self.controller: ViewController | None = None
@@ -152,6 +157,10 @@ class Explorer:
         self.poster = export.Poster(self, self.dispatch.loop)
         self._observe_controls()
         self._build()
+        if ortho and self.ortho is None:
+            self.close()
+            raise ConfigError(f"orthogonal views need an array of 3 or more dims (besides a channel dim); "
+                              f"{self.var_picker.value!r} has {tuple(self.ds[self.var_picker.value].dims)}")
 
     def _make_widgets(self, var: str, x: str | None, y: str | None, cmap: str, clim: Any, aspect: str,
                       encoding: str, stats: bool, levels: Any, pyramids: Any, colorbar: bool) -> None:
@@ -218,7 +227,7 @@ class Explorer:
         self.canvas.on_clim(self.colour.picked)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
-        self.canvas.on_pixel(lambda p: self.profile_at(int(p["iy"]), int(p["ix"])))
+        self.canvas.on_pixel(self._clicked)
         self.canvas.on_hover(self._hover_text)
         self.canvas.on_roi(self.rois.dragged)
         self.canvas.observe(lambda ch: self.themed.set(ch["new"]), "theme")
@@ -231,6 +240,8 @@ class Explorer:
             self._build_locked()
 
     def _build_locked(self) -> None:
+        if self.ortho is not None:
+            self._close_ortho()
         if self.controller is not None:
             self.controller.close()
             self._gen_offset += self.controller.generation + 1
@@ -277,6 +288,8 @@ class Explorer:
         self.rois.drop()
         self.notice.show(None)
         self.controller.update()
+        if self._ortho_dim is not None and self.geometry.slider_dims:
+            self._open_ortho(self._ortho_dim or None)
 
     def _find_labels(self, var: str) -> LabelLayer | None:
         """The label layer over ``var`` (``labels=``): the first candidate that fits it. One
@@ -473,6 +486,51 @@ class Explorer:
         """The controller generation of the newest frame handed to the canvas."""
         return self._painted
 
+    # -- orthogonal planes ----------------------------------------------------------------------
+    def orthogonal(self, on: bool = True, *, dim: str | None = None) -> Orthogonal | None:
+        """Show the planes across this one through a crosshair (``zy`` beside the image, ``zx``
+        below it; z is ``dim``, default the last slider dim), linked: a click moves the
+        crosshair, sliders, pan and zoom move them together (:mod:`~tsexplore.ui.ortho`).
+        ``on=False`` removes them. Returns the :class:`~tsexplore.ui.ortho.Orthogonal`."""
+        with self.dispatch.lock:
+            if self.ortho is not None:
+                self._close_ortho()
+            self._ortho_dim = (dim or "") if on else None
+            if on:
+                self._open_ortho(dim)
+        return self.ortho
+
+    def _open_ortho(self, dim: str | None) -> None:
+        import ipywidgets as w
+
+        self.ortho = Orthogonal(self, dim)
+        zy, zx = self.ortho.planes["zy"].canvas, self.ortho.planes["zx"].canvas
+        grid = w.GridBox([self.canvas, zy, zx, w.Box()], layout=w.Layout(
+            grid_template_columns="max-content max-content", grid_gap="4px 8px", align_items="flex-start"))
+        grid.add_class("tsexplore-ortho")
+        self.main.children = tuple(grid if c is self.canvas else c for c in self.main.children)
+        self.main.layout.max_width = f"{max(self.canvas.outer_width + zy.outer_width + 12, 480)}px"
+        self._ortho_grid = grid
+
+    def _close_ortho(self) -> None:
+        assert self.ortho is not None
+        self.ortho.close()
+        self.ortho = None
+        grid = getattr(self, "_ortho_grid", None)
+        self.main.children = tuple(self.canvas if c is grid else c for c in self.main.children)
+        self.main.layout.max_width = f"{max(self.canvas.outer_width + 4, 480)}px"
+        if grid is not None:
+            grid.children = ()
+            grid.close()
+
+    def _clicked(self, pixel: dict[str, Any]) -> None:
+        """A click on the image: the crosshair moves there (orthogonal planes), else the
+        profile through that pixel streams."""
+        if self.ortho is not None:
+            self.ortho.clicked("yx", pixel)
+        else:
+            self.profile_at(int(pixel["iy"]), int(pixel["ix"]))
+
     # -- hover, click -> profile -----------------------------------------------------------
     def _hover_text(self, iy: int, ix: int) -> str:
         return hover_text(self.controller.frame if self.controller is not None else None, iy, ix)
@@ -540,6 +598,8 @@ class Explorer:
     def close(self) -> None:
         """Stop the view, profile and pyramid threads and the stats timer; close the widgets."""
         self._closed = True
+        if self.ortho is not None:
+            self._close_ortho()
         if self.controller is not None:
             self.controller.close()
         if self.stats_panel is not None:
