@@ -23,6 +23,7 @@ range (fixed when the planes open, so one value has one colour on all three).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -33,6 +34,7 @@ from ..controller import (
     LabelLayer,
     PlaneGeometry,
     Profile,
+    RoiStats,
     ViewController,
     ViewState,
 )
@@ -146,8 +148,8 @@ class Orthogonal:
                                       y_range=zfull, x_range=s.x_range, height=side, width=ex.width)),
         }
         for name, plane in self.planes.items():
-            plane.canvas.observe(lambda ch, n=name: self._side_viewport(n, ch["new"]), "viewport")
-            plane.canvas.on_pixel(lambda p, n=name: self.clicked(n, p))
+            plane.canvas.observe(functools.partial(self._side_viewport_change, name), "viewport")
+            plane.canvas.on_pixel(functools.partial(self.clicked, name))
         ex.canvas.observe(self._copy, list(SHARED))
         ex.followers.append(self._follow)
         self._lines()
@@ -215,10 +217,13 @@ class Orthogonal:
     @staticmethod
     def _show(plane: SidePlane, y_range: Any = None, x_range: Any = None) -> None:
         s = plane.controller.state
-        y = s.y_range if y_range is None else y_range
-        x = s.x_range if x_range is None else x_range
+        y: Any = s.y_range if y_range is None else y_range
+        x: Any = s.x_range if x_range is None else x_range
         plane.canvas.set_view(y, x)
         plane.update(y_range=(float(y[0]), float(y[1])), x_range=(float(x[0]), float(x[1])))
+
+    def _side_viewport_change(self, name: str, change: dict[str, Any]) -> None:
+        self._side_viewport(name, change["new"])
 
     def _side_viewport(self, name: str, vp: dict[str, Any]) -> None:
         """A pan or zoom in a side plane (the browser's view): its controller reads it, the
