@@ -113,3 +113,62 @@ def test_orthogonal_views_need_three_dims(cube):
         tse.explore(ds.temp.isel(time=0), ortho=True, stats=False)
     with tse.explore(ds, stats=False) as ex, pytest.raises(ConfigError, match="not a slider dim"):
         ex.orthogonal(dim="y")
+
+
+# -- projections ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["max", "mean", "min"])
+def test_a_projection_is_numpys_along_the_dim(cube, op):
+    ds, truth = cube
+    with tse.explore(ds, width=128, height=128, stats=False) as ex:
+        proj = ex.project(op, dim="time")
+        result = proj.result(timeout=120)
+        want = getattr(np, op)(truth.astype(np.float64), axis=0)
+        assert result.dims == ("y", "x") and len(proj.tiles) == 4  # 2 x 2 chunks of 64 x 64
+        if op == "mean":  # accumulated in float64, returned as the variable's float32 (as xarray does)
+            np.testing.assert_array_equal(result.values, want.astype(np.float32))
+        else:
+            np.testing.assert_array_equal(result.values, want)
+        np.testing.assert_array_equal(result["x"].values, ds.x.values)
+        # the picture is the projection: the last frame shows it all
+        wait_for(lambda: ex.controller.frame is not None and "%" not in ex.controller.frame.request.state.__repr__()
+                 and np.isfinite(ex.controller.frame.data).all(), what="the complete projection on screen")
+        frame = ex.controller.frame
+        np.testing.assert_allclose(frame.data, want, rtol=1e-6)
+        assert ex.proj_op.value == op and ex.proj_dim.value == "time"
+        assert ex.canvas.picture()[-1][0]["label"].startswith(f"temp · {op} over time")
+
+
+def test_a_projection_fills_in_tile_by_tile_and_stops_when_the_view_moves():
+    # 4 tiles of 2 x 2 chunks, each chunk 30 ms away: a projection takes a while
+    ds = tse.synthetic((8, 64, 64), chunks=(4, 16, 16), latency=0.03, dims=("z", "y", "x"))
+    truth = ds["data"].values
+    tse.close()
+    ds = tse.synthetic((8, 64, 64), chunks=(4, 16, 16), latency=0.03, dims=("z", "y", "x"))
+    with tse.explore(ds, width=64, height=64, stats=False) as ex:
+        ex.controller.wait(timeout=30)
+        seen = []
+        ex.controller.view.show_frame, show = (lambda f: (seen.append(np.isfinite(f.data).mean()), show(f))[1],
+                                               ex.controller.view.show_frame)
+        proj = ex.project("max")
+        assert len(proj.tiles) == 16 and proj.dim == "z"
+        result = proj.result(timeout=120)
+        np.testing.assert_array_equal(result.values, truth.max(axis=0))
+        wait_for(lambda: seen and seen[-1] == 1.0, what="the complete projection")
+        partial = [f for f in seen if 0 < f < 1]
+        assert partial and partial == sorted(partial)  # drawn as it refined, never going back
+        # a new position of another dim would start it again; the projected dim's slider ends it
+        again = ex.project("min")
+        assert proj.done and not again.cancelled
+        ex.sliders["z"].value = 3
+        assert again.cancelled and ex.projection is None and ex.proj_op.value == ""
+        frame = ex.controller.wait(timeout=30)
+        np.testing.assert_array_equal(frame.data, truth[3])
+        # the widget's control starts one
+        ex.proj_op.value = "mean"
+        assert ex.projection is not None and ex.projection.op == "mean"
+        np.testing.assert_allclose(ex.projection.result(timeout=120).values, truth.astype(np.float64).mean(axis=0),
+                                   rtol=1e-6)
+    with pytest.raises(ConfigError, match="op in"):
+        tse.explore(ds, stats=False).project("median")

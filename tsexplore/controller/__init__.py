@@ -15,6 +15,8 @@ controller never imports a widget library and is tested with a mock :class:`View
 - :mod:`.roi`: the mean/min/max of a region along a slider dim, streamed as PLANNED reads
   (:class:`RoiStats`).
 - :mod:`.labels`: a label layer (integer ids) read under each frame (:class:`LabelLayer`).
+- :mod:`.projection`: a max / mean / min projection along a dim, streamed through
+  ``tse.reduce`` tile by tile (:class:`Projection`).
 """
 
 from .colour import Histogram, frame_histogram, log_counts, robust_range, to_uint8
@@ -31,6 +33,7 @@ from .planning import (
     resolve,
 )
 from .profile import Profile, profile_chunks, stream_profile
+from .projection import Projection
 from .roi import RoiStats, roi_plan, stream_roi
 from .view import View, ViewController
 
@@ -43,6 +46,7 @@ __all__ = [
     "LabelLayer",
     "PlaneGeometry",
     "Profile",
+    "Projection",
     "Range",
     "RoiStats",
     "View",

@@ -46,6 +46,7 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, ProfileStreams
+from .projection import Projection
 from .reading import ChannelRanges, note_cached_read, read_frame, read_tiles
 from .roi import Region, RoiStats, RoiStreams
 
@@ -135,6 +136,8 @@ class ViewController:
         self.labels = labels
         self._labels_shown = -1
         self._label_job: ViewRequest | None = None
+        #: a projection shown instead of the plane's slice (:mod:`.projection`), or None
+        self.projection: Projection | None = None
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
@@ -271,6 +274,11 @@ class ViewController:
         """Show ``generation`` on the caller's thread when every chunk it needs is cached
         (``inline_cached``: no thread hop, the frame leaves before the caller returns); else
         hand it to the view thread."""
+        if self.projection is not None:  # made from the projection so far: nothing to read
+            with self._cond:
+                self.counts["reads"] += 1
+            self._run_job(generation, state)
+            return
         plan = self.plan(state, generation)
         if not plan.progressive and all(self._is_cached(plan.target, c) for c in plan.steps[-1].chunks):
             with self._cond:
@@ -447,6 +455,10 @@ class ViewController:
         """Read and deliver one generation: one frame, or a coarser base and then tiles
         (``ahead``: its frame, made ahead: the engine is told of the read, then it goes)."""
         started = time.perf_counter()
+        projection = self.projection
+        if projection is not None:
+            self._deliver(projection.frame(state, generation, self.clim, self.percentiles, self.max_chunks, started))
+            return
         if ahead is not None:
             note_cached_read(self.engine, self.levels[ahead.request.level], ahead.request, channel=self.channel)
             self._deliver(replace(ahead, elapsed=time.perf_counter() - started))
@@ -472,12 +484,24 @@ class ViewController:
             self._deliver(frame, show=frame.mode == "tile")
         self._show_labels(target)
 
+    # -- a projection instead of the slice (see .projection) -----------------------------------
+    def project(self, projection: Projection | None) -> int:
+        """Show ``projection`` (as it fills in: call :meth:`refresh` after each of its tiles)
+        instead of the plane's slice; None: the slice again. The previous projection is
+        cancelled. Returns the new generation."""
+        with self._cond:
+            old, self.projection = self.projection, projection
+            self.ahead.drop()
+        if old is not None and old is not projection:
+            old.cancel()
+        return self.update()
+
     # -- the label layer (see .labels) ------------------------------------------------------
     def _show_labels(self, request: ViewRequest) -> None:
         """Read the label ids under ``request``'s frame and hand them to the view, unless a
         newer view waits (its own labels come with it)."""
         show = getattr(self.view, "show_labels", None)
-        if self.labels is None or show is None or self._stale(request.generation):
+        if self.labels is None or show is None or self._stale(request.generation) or self.projection is not None:
             return
         if threading.current_thread() is not self._thread and not labels_cached(
                 self.engine, self.labels, request, self.geometry):
@@ -595,6 +619,9 @@ class ViewController:
             self._cond.notify_all()
         if timer is not None:
             timer.cancel()
+        if self.projection is not None:
+            self.projection.cancel()
+            self.projection.join(timeout)
         if not self.engine.closed:
             self.engine.cancel(self.channel)
         self.engine.activity.release(self.channel)

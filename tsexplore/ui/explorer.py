@@ -31,6 +31,7 @@ from ..controller import (
     LabelLayer,
     PlaneGeometry,
     Profile,
+    Projection,
     RoiStats,
     ViewController,
     ViewLevel,
@@ -136,6 +137,9 @@ class Explorer:
         self.slider_kind = slider
         self._channel_arg = channel
         self._labels_arg = labels
+        #: the projection shown instead of the slice (:meth:`project`), or None
+        self.projection: Projection | None = None
+        self._setting_projection = False
         #: the orthogonal planes (:meth:`orthogonal`), or None; the dim they cross at, wanted
         self.ortho: Orthogonal | None = None
         self._ortho_dim: str | None = (ortho if isinstance(ortho, str) else "") if ortho else None
@@ -176,6 +180,11 @@ class Explorer:
         self.y_picker = dropdown(w, "y", dims, y or dims[-2], "130px")
         self.x_picker = dropdown(w, "x", dims, x or dims[-1], "130px")
         self.cmap_picker = dropdown(w, "colormap", list(CMAPS), cmap, "170px")
+        self.proj_op = dropdown(w, "projection", [("slice", ""), ("max", "max"), ("mean", "mean"), ("min", "min")],
+                                "", "160px")
+        self.proj_dim = dropdown(w, "along", [""], "", "140px")
+        self.proj_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, description="",
+                                        layout=w.Layout(width="120px", flex="0 0 auto", display="none"))
         self.opacity = w.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.05, description="labels",
                                      readout_format=".2f", style={"description_width": "initial"},
                                      layout=w.Layout(width="210px", flex="0 0 auto", display="none"))
@@ -199,7 +208,8 @@ class Explorer:
         self.profiles = ProfilePanel(self, block(w, []))
         self.rois = RoiPanel(self, block(w, []))
         controls = [row(w, [self.var_picker, self.y_picker, self.x_picker]),
-                    row(w, [self.cmap_picker, self.clim_mode, self.opacity])]
+                    row(w, [self.cmap_picker, self.clim_mode, self.opacity]),
+                    row(w, [self.proj_op, self.proj_dim, self.proj_bar])]
         self.main = block(w, [*controls, self.canvas, self.slider_box, self.notice.box, self.info],
                           max_width=f"{max(self.canvas.outer_width + 4, 480)}px")
         children = [self.main]
@@ -224,6 +234,8 @@ class Explorer:
             picker.observe(self._on_dims, "value")
         self.cmap_picker.observe(self._on_cmap, "value")
         self.opacity.observe(lambda ch: setattr(self.canvas, "label_opacity", float(ch["new"])), "value")
+        self.proj_op.observe(self._on_projection_control, "value")
+        self.proj_dim.observe(self._on_projection_control, "value")
         self.canvas.on_clim(self.colour.picked)
         self.canvas.observe(self._on_viewport, "viewport")
         self.canvas.observe(self._on_canvas_slider, "slider_value")
@@ -242,6 +254,7 @@ class Explorer:
     def _build_locked(self) -> None:
         if self.ortho is not None:
             self._close_ortho()
+        self._end_projection()
         if self.controller is not None:
             self.controller.close()
             self._gen_offset += self.controller.generation + 1
@@ -284,6 +297,15 @@ class Explorer:
         )
         watch(self.controller)
         self._build_sliders(indices)
+        self._setting_projection = True
+        try:
+            dims = list(self.geometry.slider_dims)
+            self.proj_dim.options = dims or [""]
+            self.proj_dim.value = dims[-1] if dims else ""
+            self.proj_op.value = ""
+            self.proj_op.disabled = self.proj_dim.disabled = not dims
+        finally:
+            self._setting_projection = False
         self.profiles.reset()
         self.rois.drop()
         self.notice.show(None)
@@ -389,8 +411,21 @@ class Explorer:
             self._update(indices={dims[0]: int(change["new"])})
 
     def _update(self, **changes: Any) -> None:
-        """Change the view, and tell the views linked to this one (``followers``)."""
+        """Change the view, and tell the views linked to this one (``followers``). A new index
+        of the projected dim ends a projection (its slice is shown); of another dim, the
+        projection starts again there."""
         assert self.controller is not None
+        proj = self.projection
+        moved = dict(changes.get("indices", {}))
+        if proj is not None and moved and any(proj.indices.get(d, v) != v or d == proj.dim for d, v in moved.items()):
+            if proj.dim in moved:
+                self.project(None)
+            else:
+                self.controller.update(**changes)
+                self.project(proj.op, dim=proj.dim)
+                for follow in list(self.followers):
+                    follow(self, changes)
+                return
         self.controller.update(**changes)
         for follow in list(self.followers):
             follow(self, changes)
@@ -477,14 +512,82 @@ class Explorer:
         self.info.value = f"<span style='color:#b00'>read failed: {type(exc).__name__}: {exc}</span>"
 
     def _title(self, frame: Frame) -> str:
-        state = frame.request.state
-        parts = [f"{d}={state.index(d)} ({self.axes[d].label(state.index(d))})" for d in self.geometry.slider_dims]
-        return " · ".join([self.var_picker.value, *parts])
+        state, proj = frame.request.state, self.projection
+        dims = [d for d in self.geometry.slider_dims if proj is None or d != proj.dim]
+        parts = [f"{d}={state.index(d)} ({self.axes[d].label(state.index(d))})" for d in dims]
+        return " · ".join([self.var_picker.value, *([proj.title] if proj is not None else []), *parts])
 
     @property
     def painted_generation(self) -> int:
         """The controller generation of the newest frame handed to the canvas."""
         return self._painted
+
+    # -- projections -------------------------------------------------------------------------
+    def project(self, op: str | None, dim: str | None = None) -> Projection | None:
+        """Show the ``op`` (``"max"``, ``"mean"`` or ``"min"``) of the variable along ``dim``
+        (default: the last slider dim) at the other sliders' positions instead of the slice,
+        streamed through ``tse.reduce`` tile by tile (nearest the middle of the view first; the
+        picture fills in as tiles complete, a progress bar shows). Moving the slider of ``dim``
+        ends it; moving another starts it again there. ``op=None``: the slice again. Returns the
+        :class:`~tsexplore.controller.Projection` (``.result()`` is a DataArray)."""
+        ctl = self.controller
+        assert ctl is not None
+        g = self.geometry
+        if op is None:
+            self._end_projection()
+            self._controls_show(None)
+            return None
+        dim = dim or (self.ortho.z if self.ortho is not None else (g.slider_dims[-1] if g.slider_dims else None))
+        if dim is None:
+            raise ConfigError(f"{self.var_picker.value!r} has no slider dim to project along; it has {g.dims}")
+        s = ctl.state
+        (y0, y1), (x0, x1) = (s.y_range or (0, 0)), (s.x_range or (0, 0))
+        proj = Projection(self.da, op, dim, g, dict(s.indices), on_update=self._projected,
+                          centre=((y0 + y1) / 2, (x0 + x1) / 2) if s.y_range and s.x_range else None)
+        old, self.projection = self.projection, proj
+        if old is not None:
+            old.cancel()
+        self.canvas.show_labels(None)
+        ctl.project(proj)
+        self._controls_show(proj)
+        return proj
+
+    def _end_projection(self) -> None:
+        proj, self.projection = self.projection, None
+        if proj is not None:
+            proj.cancel()
+            if self.controller is not None and not self.controller.closed:
+                self.controller.project(None)
+
+    def _projected(self, proj: Projection) -> None:
+        """A tile of the projection is done (its thread): show the projection so far."""
+        ctl = self.controller
+        if proj is not self.projection or ctl is None or ctl.closed:
+            return
+        if proj.error is not None:
+            self._report(proj.error)
+        ctl.refresh()
+        self.dispatch(self._controls_show, proj)
+
+    def _controls_show(self, proj: Projection | None) -> None:
+        """The projection controls say what is shown (kernel thread)."""
+        if proj is not None and proj is not self.projection:
+            return
+        self._setting_projection = True
+        try:
+            self.proj_op.value = proj.op if proj is not None else ""
+            if proj is not None:
+                self.proj_dim.value = proj.dim
+            running = proj is not None and not proj.done
+            self.proj_bar.value = proj.progress if proj is not None else 0.0
+            self.proj_bar.layout.display = "inline-flex" if running else "none"
+        finally:
+            self._setting_projection = False
+
+    def _on_projection_control(self, _change: Any) -> None:
+        if self._setting_projection:
+            return
+        self.project(self.proj_op.value or None, dim=self.proj_dim.value or None)
 
     # -- orthogonal planes ----------------------------------------------------------------------
     def orthogonal(self, on: bool = True, *, dim: str | None = None) -> Orthogonal | None:
@@ -600,6 +703,9 @@ class Explorer:
         self._closed = True
         if self.ortho is not None:
             self._close_ortho()
+        if self.projection is not None:
+            self.projection.cancel()
+            self.projection.join(5.0)
         if self.controller is not None:
             self.controller.close()
         if self.stats_panel is not None:
