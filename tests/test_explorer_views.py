@@ -172,3 +172,55 @@ def test_a_projection_fills_in_tile_by_tile_and_stops_when_the_view_moves():
                                    rtol=1e-6)
     with pytest.raises(ConfigError, match="op in"):
         tse.explore(ds, stats=False).project("median")
+
+
+# -- a saved view -------------------------------------------------------------------------------------
+
+
+def test_a_saved_view_round_trips_through_json_and_paints_the_same_picture(cube):
+    import json
+
+    from tsexplore.ui._render import from_png
+
+    ds, truth = cube
+    with tse.explore(ds, width=200, height=150, stats=False, cmap="magma") as ex:
+        ex.sliders["time"].value = 11
+        ex.set_view(y_range=(20.2, 70.7), x_range=(33.3, 99.9))
+        ex.set_clim(14.0, 26.5)
+        ex.controller.wait(timeout=30)
+        state = json.loads(json.dumps(ex.state))  # plain JSON
+        assert state["variable"] == "temp" and state["indices"] == {"time": 11}
+        assert state["colormap"] == "magma" and state["ranges"] == {"mode": "fixed", "clims": [[14.0, 26.5]]}
+        assert state["crosshair"] is None and state["projection"] is None
+        with tse.explore(ds, state=state, stats=False) as again:
+            a, b = ex.controller.wait(timeout=30), again.controller.wait(timeout=30)
+            assert again.state == state
+            assert a.request.region == b.request.region and a.request.step == b.request.step
+            np.testing.assert_array_equal(a.image, b.image)
+            assert again.canvas.current_view() == ex.canvas.current_view()
+            np.testing.assert_array_equal(from_png(again.snapshot()), from_png(ex.snapshot()))
+
+
+def test_a_saved_view_keeps_the_crosshair_projection_and_channels(tmp_path):
+    import json
+
+    cells = tse.sample_data("cells", tmp_path / "cells.zarr", size="small", progress=False)
+    ds = tse.open_dataset(cells)
+    with tse.explore(ds, ortho="time", width=128, height=96, stats=False) as ex:
+        ex.ortho.move(time=4, y=30, x=40)
+        ex.show_channel("GFP", False)
+        ex.set_clim(300, 2000, channel=2)
+        proj = ex.project("max", dim="time")
+        proj.result(timeout=120)
+        state = json.loads(json.dumps(ex.state))
+        assert state["crosshair"] == {"dim": "time", "point": {"time": 4, "y": 30, "x": 40}}
+        assert state["projection"] == {"op": "max", "dim": "time"} and state["channels"] == {
+            "dim": "c", "on": [True, False, True]}
+        assert state["ranges"]["clims"][2] == [300.0, 2000.0]
+        with tse.explore(ds, state=state, stats=False) as again:
+            assert again.ortho is not None and again.ortho.point == {"time": 4, "y": 30, "x": 40}
+            assert again.canvas.channel_on == [True, False, True]
+            np.testing.assert_array_equal(again.projection.result(timeout=120).values, proj.result().values)
+            assert again.state == state
+    with pytest.raises(ConfigError, match="version"):
+        tse.explore(ds, state={"version": 99}, stats=False)

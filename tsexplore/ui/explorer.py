@@ -40,6 +40,7 @@ from ..controller import (
 from ..engine import get_engine
 from ..errors import ConfigError, TsExploreError
 from . import export
+from . import state as view_state
 from ._axes import AxisMap
 from ._colour import ExplorerColour
 from ._kernel import Dispatcher
@@ -120,8 +121,14 @@ class Explorer:
         channel: Any = "auto",
         labels: Any = "auto",
         ortho: bool | str = False,
+        state: dict[str, Any] | None = None,
     ) -> None:
         self.ds = as_dataset(obj)
+        if state is not None:  # a saved view (ex.state): what it says wins
+            saved = view_state.explorer_arguments(state, {"var": var, "x": x, "y": y})
+            var, y, x = saved.get("var", var), saved.get("y", y), saved.get("x", x)
+            cmap, width, height, view = saved["cmap"], saved["width"], saved["height"], saved["view"]
+            channel, labels, ortho = saved["channel"], saved.get("labels", None), saved.get("ortho", False)
         self.names = [n for n, v in self.ds.data_vars.items() if v.ndim >= 2]
         if not self.names:
             raise TsExploreError(f"no variable with 2 or more dims to show; got {list(self.ds.data_vars)}")
@@ -160,11 +167,22 @@ class Explorer:
         self._make_widgets(var, x, y, cmap, clim, aspect, encoding, stats, levels, pyramids, colorbar)
         self.poster = export.Poster(self, self.dispatch.loop)
         self._observe_controls()
+        if state is not None:
+            self.colour.restored = view_state.initial_ranges(state)[1]
         self._build()
         if ortho and self.ortho is None:
             self.close()
             raise ConfigError(f"orthogonal views need an array of 3 or more dims (besides a channel dim); "
                               f"{self.var_picker.value!r} has {tuple(self.ds[self.var_picker.value].dims)}")
+        if state is not None:
+            view_state.restore(self, state)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The view as a JSON-able dict: variable, dims, slider indices, the region on screen,
+        size, colormap, colour ranges, channels, labels, crosshair and projection
+        (:mod:`~tsexplore.ui.state`). ``tse.explore(ds, state=s)`` shows exactly this view."""
+        return view_state.state_of(self)
 
     def _make_widgets(self, var: str, x: str | None, y: str | None, cmap: str, clim: Any, aspect: str,
                       encoding: str, stats: bool, levels: Any, pyramids: Any, colorbar: bool) -> None:
