@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -261,6 +262,8 @@ class Explorer:
         self.canvas.on_hover(self._hover_text)
         self.canvas.on_roi(self.rois.dragged)
         self.canvas.observe(lambda ch: self.themed.set(ch["new"]), "theme")
+        # what the browser recolours without a new frame: the poster is made again too
+        self.canvas.observe(lambda _ch: self.poster.changed(), list(export.POSTER_TRAITS))
         self.notice.on_build = self.build_pyramid
 
     # -- building --------------------------------------------------------------------------
@@ -291,6 +294,7 @@ class Explorer:
         self.colour.reset(self.geometry, da)
         self.axes = {d: AxisMap.of(da, d) for d in da.dims}
         self.canvas.value_axis = {"label": str(da.attrs.get("long_name") or var), "units": str(da.attrs.get("units", ""))}
+        self.main.layout.max_width = f"{max(self.canvas.outer_width + 4, 480)}px"  # its colour bars
         view = self._initial_view
         self._initial_view = {}
         indices = {d: int(view.get(d, 0)) for d in self.geometry.slider_dims}
@@ -759,6 +763,28 @@ class Explorer:
         progress bar shows. Returns the path."""
         return export.movie(self, path, dim, fps=fps, start=start, stop=stop, step=step, scale=scale,
                             progress=progress)
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until the picture shows the current view: its
+        complete frame and, with a label layer, its labels. Returns whether it does."""
+        ctl = self.controller
+        if ctl is None:
+            return False
+        deadline = time.monotonic() + timeout
+        try:
+            frame = ctl.wait(timeout=timeout)
+        except (TimeoutError, TsExploreError):
+            return False
+        if self.label_layer is None or self.projection is not None:
+            return True
+        want = self._gen_offset + frame.generation
+        while True:
+            layer = self.canvas.label_layer()
+            if layer is not None and layer[0]["gen"] >= want:
+                return True
+            if time.monotonic() > deadline or ctl.last_error is not None:
+                return False
+            time.sleep(0.01)
 
     def _render_frame(self, indices: dict[str, int], timeout: float) -> tuple[list[Any], Any]:
         """The picture (and label layer) of the view at ``indices``, read now: a movie's frame."""

@@ -30,6 +30,9 @@ from ._render import render_canvas, to_png
 MOVIE_FORMATS = {".gif": "pillow", ".mp4": "ffmpeg"}
 #: seconds without a new final frame before the poster is made again
 POSTER_QUIET = 1.0
+#: the canvas's traits that change its picture without a new frame
+POSTER_TRAITS = ("cmap", "clim", "channel_on", "channel_clims", "channel_colors", "label_opacity", "crosshair",
+                 "roi_box", "theme")
 #: the longest the notebook's PNG waits for the first picture when the Explorer is displayed
 FIRST_PICTURE_TIMEOUT = 5.0
 
@@ -67,8 +70,10 @@ def snapshot_rgba(explorer: Any, scale: float = 1.0) -> np.ndarray:
     return compose([[main, side.get("zy")], [side.get("zx"), None]], bg)
 
 
-def snapshot(explorer: Any, path: Any = None, scale: float = 1.0) -> bytes:
-    """The PNG bytes of what the Explorer shows; written to ``path`` too when given."""
+def snapshot(explorer: Any, path: Any = None, scale: float = 1.0, settle: float = 10.0) -> bytes:
+    """The PNG bytes of what the Explorer shows, once its picture shows the current view
+    (waited for up to ``settle`` seconds); written to ``path`` too when given."""
+    explorer.settle(settle)
     png = to_png(snapshot_rgba(explorer, scale))
     if path is not None:
         Path(path).write_bytes(png)
@@ -103,7 +108,7 @@ class Poster:
         if ex._closed:
             return
         try:
-            ex.canvas.poster = snapshot(ex)
+            ex.canvas.poster = snapshot(ex, settle=0.0)
             self.made += 1
         except Exception:  # noqa: BLE001 - a poster is a nicety; the view goes on
             pass
@@ -116,11 +121,8 @@ class Poster:
 def mimebundle(explorer: Any, bundle: dict[str, Any], timeout: float = FIRST_PICTURE_TIMEOUT) -> dict[str, Any]:
     """``bundle`` (the widget's) with an ``image/png`` of the first complete picture (waited
     for up to ``timeout`` seconds): what nbconvert and GitHub show of the Explorer."""
-    ctl = explorer.controller
     try:
-        if ctl is not None:
-            ctl.wait(timeout=timeout)
-        png = snapshot(explorer)
+        png = snapshot(explorer, settle=timeout)
     except Exception:  # noqa: BLE001 - no picture yet: the widget alone
         return bundle
     explorer.canvas.poster = png
