@@ -743,11 +743,14 @@ class View {
       while (c0 < W && cols[c0] < 0) c0++;
       while (c1 > c0 && cols[c1 - 1] < 0) c1--;
       if (c0 >= c1) continue;
+      let run = true; // one screen pixel per layer pixel across: rows are copied whole
+      for (let k = c0 + 1; k < c1 && run; k++) run = cols[k] === cols[k - 1] + 1;
       for (let r = 0; r < H; r++) {
         const row = rows[r];
         if (row < 0) continue;
         const so = row * l.w, d = r * W;
-        for (let k = c0; k < c1; k++) out[d + k] = src[so + cols[k]];
+        if (run) out.set(src.subarray(so + cols[c0], so + cols[c0] + c1 - c0), d + c0);
+        else for (let k = c0; k < c1; k++) out[d + k] = src[so + cols[k]];
       }
     }
     const L = s.labelsShown(), a = Math.floor((s.model.get("label_opacity") ?? 0.5) * 255 + 0.5);
