@@ -224,3 +224,11 @@ def test_a_saved_view_keeps_the_crosshair_projection_and_channels(tmp_path):
             assert again.state == state
     with pytest.raises(ConfigError, match="version"):
         tse.explore(ds, state={"version": 99}, stats=False)
+
+
+def test_a_projection_too_large_for_memory_is_refused():
+    big = tse.synthetic((16, 2**18, 2**18), chunks=(1, 512, 512), dims=("z", "y", "x"))
+    with tse.explore(big, stats=False, view={"y_range": (0, 512), "x_range": (0, 512)}) as ex:
+        with pytest.raises(ConfigError, match="GiB"):
+            ex.project("max")
+        assert ex.projection is None

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..errors import ConfigError, TsExploreError
 from .planning import Frame, PlaneGeometry, ViewState, resolve
 from .reading import colour_frame
@@ -32,6 +33,8 @@ from .reading import colour_frame
 OPS = ("max", "mean", "min")
 #: the most tiles a projection is cut into (each is one tse.reduce)
 MAX_TILES = 16
+#: the largest share of RAM a projection's values may take
+MAX_RAM_SHARE = 0.25
 _ids = itertools.count(1)
 
 
@@ -73,6 +76,10 @@ class Projection:
         self.out_dims = tuple(str(d) for d in self.da.dims if d != dim)
         sizes = dict(zip(g.dims, g.shape))
         self.ny, self.nx = sizes[g.ydim], sizes[g.xdim]
+        need = 8 * int(np.prod([sizes[d] for d in self.out_dims], dtype=np.float64))
+        if need > MAX_RAM_SHARE * config.total_ram():
+            raise ConfigError(f"a projection of this {self.ny:,} x {self.nx:,} plane would hold {need / 2**30:.1f} GiB; "
+                              f"project a selection (da.isel(...)) or a pyramid level instead")
         self.values = np.full(tuple(sizes[d] for d in self.out_dims), np.nan, dtype=np.float64)
         self.tiles = tiles(self.ny, self.nx, g.chunks[g.axis(g.ydim)], g.chunks[g.axis(g.xdim)], centre, max_tiles)
         self.tiles_done = 0

@@ -34,7 +34,7 @@ POSTER_QUIET = 1.0
 POSTER_TRAITS = ("cmap", "clim", "channel_on", "channel_clims", "channel_colors", "label_opacity", "crosshair",
                  "roi_box", "theme")
 #: the longest the notebook's PNG waits for the first picture when the Explorer is displayed
-FIRST_PICTURE_TIMEOUT = 5.0
+FIRST_PICTURE_TIMEOUT = 2.0
 
 
 def compose(images: list[list[np.ndarray | None]], background: Any, gap: int = 8) -> np.ndarray:
