@@ -8,8 +8,12 @@ and display-range changes (``cmap``, ``clim``) repaint without a kernel round tr
 one frame is in flight: the browser acks each frame and the newest waiting one goes out on the
 ack (:class:`~tsexplore.ui._frames.FrameFlow`). Pan and zoom move the picture in the browser at
 once and report the new region (``viewport``); a click reports a pixel; an optional slider
-with a play button lives in the browser too (``slider``). The JavaScript is
-``static/canvas.js`` (no build step, nothing fetched from a CDN).
+with a play button lives in the browser too (``slider``). A label layer (integer ids,
+:meth:`ImageCanvas.show_labels`) is coloured and blended in the browser; colour bars
+(``colorbar``), a crosshair (``crosshair``) and the page's theme (reported as ``theme``) are
+drawn there too. The JavaScript is ``static/theme.js`` and ``static/canvas.js``, one module (no
+build step, nothing fetched from a CDN); ``tsexplore.ui._render`` paints the same pixels in
+the kernel.
 
 >>> canvas = ImageCanvas(shape=(ny, nx))
 >>> canvas.show_plane(data)                      # colour-mapped over its 2-98 % range

@@ -15,6 +15,13 @@ its play button; the fastest path measured) or is an ipywidgets slider
 The Explorer is the controller's :class:`~tsexplore.controller.View` (frames come from the
 controller's thread, or from the comm handler itself when all is cached). The variable shown
 is exactly the selection it was given (``ds.temp.sel(lat=slice(...))``).
+
+Beyond one plane (each in a module of its own): a colour bar per visible channel and the
+page's theme (:mod:`.theme`), a label layer over the image (``labels=``,
+:mod:`~tsexplore.controller.labels`), orthogonal planes through a crosshair (:meth:`orthogonal`,
+:mod:`.ortho`), a projection along a dim (:meth:`project`,
+:mod:`~tsexplore.controller.projection`), pictures (:meth:`snapshot`, :meth:`movie`, the PNG
+a notebook keeps: :mod:`.export`) and a saved view (:attr:`state`, ``state=``: :mod:`.state`).
 """
 
 from __future__ import annotations
