@@ -450,13 +450,19 @@ class View {
     requestAnimationFrame(() => { this.themeChanged(true); if (state.last) this.draw(state.last); });
   }
   themeChanged(force = false) {
-    if (!this.el.isConnected) return;
+    if (this.takeTheme(force)) this.draw();
+  }
+  // read the page's colours where the view is shown (a detached element has none); tell the
+  // kernel; whether they changed
+  takeTheme(force = false) {
+    if (!this.el.isConnected) return false;
+    this.themeKnown = true;
     const t = readTheme(this.el), text = JSON.stringify(t);
-    if (!force && text === JSON.stringify(this.theme)) return;
+    if (!force && text === JSON.stringify(this.theme)) return false;
     this.theme = t;
     this.el.dataset.theme = t.dark ? "dark" : "light";
-    this.draw();
     this.s.sendTheme(t);
+    return true;
   }
 
   listen() {
@@ -670,6 +676,7 @@ class View {
   }
   draw(msg) {
     const s = this.s;
+    if (!this.themeKnown) this.takeTheme(true);
     if (!s.view) s.resetView(false);
     const { w, h } = s.box(), dpr = window.devicePixelRatio || 1, M = s.margins();
     const { cw, ch } = this.size();
