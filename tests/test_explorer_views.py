@@ -141,18 +141,18 @@ def test_a_projection_is_numpys_along_the_dim(cube, op):
 
 
 def test_a_projection_fills_in_tile_by_tile_and_stops_when_the_view_moves():
-    # 4 tiles of 2 x 2 chunks, each chunk 30 ms away: a projection takes a while
-    ds = tse.synthetic((8, 64, 64), chunks=(4, 16, 16), latency=0.03, dims=("z", "y", "x"))
+    # 4 tiles of one chunk column each, every chunk 50 ms away: a projection takes a while
+    ds = tse.synthetic((8, 64, 64), chunks=(4, 32, 32), latency=0.05, dims=("z", "y", "x"))
     truth = ds["data"].values
     tse.close()
-    ds = tse.synthetic((8, 64, 64), chunks=(4, 16, 16), latency=0.03, dims=("z", "y", "x"))
+    ds = tse.synthetic((8, 64, 64), chunks=(4, 32, 32), latency=0.05, dims=("z", "y", "x"))
     with tse.explore(ds, width=64, height=64, stats=False) as ex:
         ex.controller.wait(timeout=30)
         seen = []
         ex.controller.view.show_frame, show = (lambda f: (seen.append(np.isfinite(f.data).mean()), show(f))[1],
                                                ex.controller.view.show_frame)
         proj = ex.project("max")
-        assert len(proj.tiles) == 16 and proj.dim == "z"
+        assert len(proj.tiles) == 4 and proj.dim == "z"
         result = proj.result(timeout=120)
         np.testing.assert_array_equal(result.values, truth.max(axis=0))
         wait_for(lambda: seen and seen[-1] == 1.0, what="the complete projection")
