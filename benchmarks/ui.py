@@ -25,7 +25,11 @@
 5. ``--soak [SECONDS]`` (only): random slider, pan and zoom moves in the browser for SECONDS
    (default 600), every frame painted checked against NumPy; kernel RSS, JS heap and console
    errors (``benchmarks/ui_soak.py``). Targets: growth <= 5 %, 0 errors, 0 wrong frames.
-6. ``--pyramid`` (only): a 65,536 x 65,536 plane (sparse fine levels, real coarse ones) opened
+6. ``--ortho`` (only): orthogonal views and a cold projection (``benchmarks/ui_ortho.py``):
+   a crosshair move that reads the three planes against a single-plane slider move (target:
+   its p95 <= 1.5 x), and a cold ``ex.project("max", dim="time")`` streamed with the StatsPanel
+   live (partial pictures painted, the panel ticking).
+7. ``--pyramid`` (only): a 65,536 x 65,536 plane (sparse fine levels, real coarse ones) opened
    with a cold cache and shown by the Explorer; time from opening to the overview painted
    (its last tile), reads per level, decoded bytes (see ``benchmarks/ui_canvas.py``).
 
@@ -123,6 +127,11 @@ def browser(path: Path, px: int, moves: int, workdir: Path, driver: str = "cdp",
                 parts = parts[:-1] if load else parts
                 res = explorer_page(page, url, token, workdir, path, px, moves, warmup, seed,
                                     parts[1] if len(parts) > 1 else "canvas", load=load)
+            elif parts[0] in ("ortho", "projection"):
+                from .ui_ortho import ortho_page, projection_page
+
+                res = (projection_page(page, url, token, workdir, path, px) if parts[0] == "projection" else
+                       ortho_page(page, url, token, workdir, path, px, moves, warmup, seed, parts[1] == "cross"))
             elif parts[0] == "canvas":
                 res = canvas_page(page, url, token, workdir, px, moves, warmup, seed, parts[1],
                                   parts[2] if len(parts) > 2 else "eager")
@@ -159,7 +168,13 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
               f"{c['reads']} reads, {c['frames']} frames, {c['cancelled']} cancelled, final slice "
               f"{c['final_slice']} ({'ok' if c['final_ok'] else 'WRONG'}), update() max {c['update_max_ms']:.2f} ms")
     for key in ("browser", "browser_nodelay"):
+        from .ui_ortho import describe as describe_ortho
+
+        for line in describe_ortho((result.get(key) or {}).get("pages", {})):
+            print(line)
         for name, b in (result.get(key) or {}).get("pages", {}).items():
+            if "slider_to_pixel_ms" not in b:
+                continue
             s, m = b["slider_to_pixel_ms"], b["ws_messages_per_move"]
             print(f"{name:22s}{' (nodelay)' if key.endswith('nodelay') else ''}: {b['frame'][0]}x{b['frame'][1]}, "
                   f"{b['moves']} moves: slider->pixel p50 {s['p50']:.0f} ms, p95 {s['p95']:.0f} ms "
@@ -175,6 +190,8 @@ def _print(result: dict[str, Any], targets: dict[str, bool]) -> None:
             print("in the page, per frame (ms p50): " + ", ".join(n for n, _, _ in PAGE_STAGES)
                   + ", draw's histogram")
         for name, b in pages.items():
+            if "slider_to_pixel_ms" not in b:
+                continue
             st = b.get("page_stages_ms") or {}
             cells = [("-" if st.get(n) is None else f"{st[n]['p50']:.2f}")
                      for n in [n for n, _, _ in PAGE_STAGES] + ["draw_histogram"]]
@@ -209,7 +226,12 @@ def _targets(result: dict[str, Any]) -> dict[str, bool]:
     if c:
         targets.update({"coalesce_reads<=25": c["reads"] <= 25, "coalesce_final_slice": c["final_ok"]})
     pages = (result.get("browser") or {}).get("pages", {})
+    from .ui_ortho import targets as ortho_targets
+
+    targets.update(ortho_targets(pages))
     for name, b in pages.items():
+        if "slider_to_pixel_ms" not in b:
+            continue
         p95 = b["slider_to_pixel_ms"]["p95"]
         targets[f"{name}: slider_to_pixel_p95<=60ms"] = p95 is not None and p95 <= 60 and b["timed_out"] == 0
         targets[f"{name}: bytes_per_pixel<=1.1"] = b["bytes_per_pixel"] <= 1.1
@@ -263,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(benchmarks/ui_soak.py)")
     ap.add_argument("--soak-moves", default="jump,step,pan,zoom",
                     help="the soak's kinds of move, comma-separated (default: all four)")
+    ap.add_argument("--ortho", action="store_true",
+                    help="only: orthogonal crosshair moves against single-plane moves, and a cold "
+                         "projection with the StatsPanel live (benchmarks/ui_ortho.py)")
     ap.add_argument("--under-load", action="store_true",
                     help="the Explorer idle and while background reductions scan the same cube")
     ap.add_argument("--stages", action="store_true",
@@ -312,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
             pages = tuple(p for p in args.pages.split(",") if p)
             if args.under_load:
                 pages = ("explorer", "explorer-load", "explorer-loadoff")
+            if args.ortho:
+                from .ui_ortho import ORTHO_PAGES
+
+                pages = ORTHO_PAGES
             runs = {"off": [False], "on": [True], "both": [False, True]}[args.nodelay]
             for nodelay in runs:
                 with tempfile.TemporaryDirectory(prefix="tse-ui-bench-") as tmp:

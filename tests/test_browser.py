@@ -11,7 +11,14 @@ screen (chunk reads per level) and painted coarse first, then in tiles; nothing 
 is NumPy's of the frame, its fields show the range in use and a dragged handle sets the kernel's
 range; the cells' composite is the blend of its channels (``composite_rgba``), a channel turned
 off is blended again in the browser, and a shift-drag streams the region's statistics, equal
-to NumPy's. Screenshots go to
+to NumPy's. The Explorers the tutorial adds: the restored view (``ex.state``) paints exactly
+the pixels of the one it was saved from; ``ex.snapshot()`` (rendered in the kernel) has the
+canvas's pixels in the plot and the colour bar; in JupyterLab Light and Dark the axis text
+has at least WCAG AA contrast (4.5 : 1) against the background, read from the canvas, and the
+kernel's bokeh plots take the dark theme; the orthogonal zx plane is the array's slice; the
+cells' label layer is blended over the composite with each id's colour (0 transparent) and
+the readout names the id under the pointer. The notebook saved with its widget state and
+converted by nbconvert holds the Explorer's PNG; no request leaves 127.0.0.1. Screenshots go to
 ``test-artifacts/browser/``. Without chromium this skips locally and FAILS under CI (``CI=true``).
 """
 
@@ -32,9 +39,12 @@ from tsexplore.testing.lab import canvas_colours
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 NUMBERS = "() => [...document.querySelectorAll('.tsexplore-stats-numbers')].map(e => e.textContent)"
-# canvases in the tutorial, in order: the cube, the petabyte, the pyramid, the cells; then the
-# appended one
-CUBE, CELLS, COUNTED = 0, 3, 4
+# canvases in the tutorial, in order: the cube, the petabyte, the pyramid, the cells (then the
+# orthogonal planes, labels, projection and restored view: found by their uids; the appended one
+# is last)
+CUBE, CELLS = 0, 3
+#: WCAG AA: text against its background
+MIN_CONTRAST = 4.5
 COUNTED_CELL = (
     "import json\n"
     "from tsexplore.pyramid import open_levels\n"
@@ -42,6 +52,14 @@ COUNTED_CELL = (
     "lv = open_levels({path!r}, wrap=CountingSource)  # counts the chunk reads of every level\n"
     "exp = tse.explore(lv[0], levels=lv, width=256, height=256, stats=False)\n"
     "exp"
+)
+
+
+# holoviews plots as notebook 03 draws them: Panel's stylesheets must come inline (no CDN)
+OFFLINE_CELL = (
+    "import holoviews as hv\n"
+    "(hv.Image(np.random.default_rng(0).random((8, 8))).opts(colorbar=True, title='offline')\n"
+    " + hv.Curve([1, 3, 2])).cols(2)"
 )
 
 
@@ -168,6 +186,216 @@ def _check_cells(page, execute, path):
     page.screenshot(path=str(ARTIFACTS / "01_cells.png"))
 
 
+def _index(page, execute, widget):
+    """The page index of the canvas of ``widget`` (a kernel expression)."""
+    from tsexplore.testing.lab import canvas_index
+
+    uid = execute(page, f"print({widget}._tse_uid)").strip()
+    n = canvas_index(page, uid)
+    assert n >= 0, f"no canvas of {widget} ({uid}) in the page"
+    return n
+
+
+def _kernel_png(page, execute, code):
+    import base64
+
+    from tsexplore.ui._render import from_png
+
+    text = execute(page, f"import base64\nprint(base64.b64encode({code}).decode())")
+    return from_png(base64.b64decode(text.strip()))
+
+
+def _check_restored(page, execute):
+    """``tse.explore(ds, state=ex.state)`` paints exactly the pixels of ``ex``."""
+    from tsexplore.testing.lab import canvas_pixels
+
+    a, b = _index(page, execute, "ex.canvas"), _index(page, execute, "restored.canvas")
+    for n in (a, b):
+        page.locator(".tse-canvas").nth(n).scroll_into_view_if_needed()
+        _wait_canvas(page, n, "m.label?.startsWith('temp · time=7 ') && m.final")
+    page.wait_for_timeout(300)
+    np.testing.assert_array_equal(canvas_pixels(page, b), canvas_pixels(page, a))
+    return a
+
+
+def _check_snapshot(page, execute, n):
+    """``ex.snapshot()`` (the kernel's rendering) has the canvas's pixels: the plot and the
+    colour bar exactly, the page's background around them; the text is Pillow's, not the
+    browser's font."""
+    from tsexplore.testing.lab import canvas_pixels
+
+    shown = canvas_pixels(page, n)
+    snap = _kernel_png(page, execute, "ex.snapshot()")
+    assert snap.shape == shown.shape
+    m = json.loads(execute(page, "print(json.dumps(ex.canvas.margins))"))
+    top, left, h, w = m["top"], m["left"], 420, 560
+    np.testing.assert_array_equal(snap[top:top + h, left:left + w], shown[top:top + h, left:left + w])
+    bar = left + w + 12
+    np.testing.assert_array_equal(snap[top:top + h, bar:bar + 12], shown[top:top + h, bar:bar + 12])
+    same = (snap == shown).all(axis=-1).mean()
+    assert same > 0.9, f"only {same:.1%} of the snapshot's pixels are the canvas's"
+    from tsexplore.ui._render import to_png
+
+    (ARTIFACTS / "01_snapshot.png").write_bytes(to_png(snap))
+
+
+def _luminance(rgb):
+    c = np.asarray(rgb, dtype=np.float64) / 255
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return c @ [0.2126, 0.7152, 0.0722]
+
+
+def _text_contrast(region):
+    """WCAG contrast of the strongest text pixel against the commonest (the background)."""
+    rgb = region[..., :3].reshape(-1, 3)
+    colours, counts = np.unique(rgb, axis=0, return_counts=True)
+    bg = _luminance(colours[np.argmax(counts)])
+    lum = _luminance(rgb)
+    hi, lo = np.maximum(lum, bg), np.minimum(lum, bg)
+    return float(((hi + 0.05) / (lo + 0.05)).max()), colours[np.argmax(counts)]
+
+
+def _axis_contrast(page, n):
+    """The contrast of the x axis' labels and name (under the plot) against the canvas's
+    background, from the canvas's pixels."""
+    from tsexplore.testing.lab import canvas_pixels
+
+    pixels = canvas_pixels(page, n)
+    left, top, w, h = (int(v) for v in page.evaluate(
+        "(n) => document.querySelectorAll('.tse-canvas')[n].dataset.plot", n).split(","))
+    return _text_contrast(pixels[top + h + 6:, left:left + w])
+
+
+def _check_themes(page, execute, n):
+    """Light and dark: the axis text has at least WCAG AA contrast against the canvas's
+    background; the kernel learns the theme and its bokeh plots follow it."""
+    from tsexplore.ui.theme import bokeh_theme
+
+    canvas = page.locator(".tse-canvas").nth(n)
+    canvas.scroll_into_view_if_needed()
+    page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.theme === 'light'")
+    ratio, bg = _axis_contrast(page, n)
+    assert ratio >= MIN_CONTRAST and bg.min() > 200, (ratio, bg)
+    page.screenshot(path=str(ARTIFACTS / "theme_light.png"))
+    page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'}); }")
+    page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.theme === 'dark'",
+                           timeout=30_000)
+    page.wait_for_timeout(1500)  # the theme's stylesheet settles; the views draw again
+    ratio, bg = _axis_contrast(page, n)
+    assert ratio >= MIN_CONTRAST and bg.max() < 80, (ratio, bg)
+    page.screenshot(path=str(ARTIFACTS / "theme_dark.png"))
+    theme = json.loads(execute(page, "print(json.dumps(ex.canvas.theme))"))
+    assert theme["dark"] is True
+    want = bokeh_theme(theme)._json["attrs"]["Plot"]["background_fill_color"]
+    fills = page.evaluate("() => [...(window.Bokeh?.documents ?? [])].flatMap(d => [...d.all_models])"
+                          ".filter(m => m.type === 'Figure' || m.type === 'Plot').map(m => m.background_fill_color)")
+    assert fills and want in fills, (want, fills[:8])  # the StatsPanel's plots are dark
+    page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'}); }")
+    page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.theme === 'light'",
+                           timeout=30_000)
+    page.wait_for_timeout(800)
+
+
+def _check_ortho(page, execute, truth):
+    """The zx plane through y = 40 is the array's slice, in the Explorer's colours."""
+    n = _index(page, execute, "ex5.ortho.planes['zx'].canvas")
+    page.locator(".tse-canvas").nth(n).scroll_into_view_if_needed()
+    state = _wait_canvas(page, n, "m.final && m.label?.includes('y=40')")
+    page.wait_for_timeout(300)
+    kernel = json.loads(execute(page, "f = ex5.ortho.planes['zx'].controller.frame\n"
+                                      "print(json.dumps({'clim': f.clim, 'region': f.request.region, 'step': f.request.step}))"))
+    assert kernel["step"] == [1, 1] and kernel["region"] == [[0, 32], [0, 128]]
+    from tsexplore.controller import to_uint8
+
+    want = _colours(to_uint8(truth[:, 40, :], kernel["clim"]))
+    got = canvas_colours(page, n, [[-0.5, 31.5], [-0.5, 127.5]], (32, 128))
+    cross = np.zeros((32, 128), bool)  # the crosshair (time 20, x 90) is drawn over the plane
+    cross[20, :] = cross[:, 90] = True
+    np.testing.assert_array_equal(got[~cross], want[~cross])
+    assert (got[cross] != want[cross]).any(axis=-1).mean() > 0.5  # and it is there
+    assert state["last"]["shape"] == [32, 128]
+
+
+def _check_labels(page, execute, path):
+    """The nuclei over the cells: each id's colour blended over the composite at the opacity
+    set, 0 transparent; the readout names the id under the pointer."""
+    import zarr
+
+    from tsexplore.controller import to_uint8
+    from tsexplore.ui._frames import composite_rgba
+    from tsexplore.ui._render import blend, label_rgba
+
+    n = _index(page, execute, "ex6.canvas")
+    page.locator(".tse-canvas").nth(n).scroll_into_view_if_needed()
+    page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.labels !== ''",
+                           polling=100, timeout=30_000)
+    state = page.evaluate(CANVAS_STATE_JS, n)
+    truth = zarr.open_group(str(path), mode="r")["cells"][0]
+    nc, ny, nx = truth.shape
+    ids = np.array(json.loads(execute(page, "print(json.dumps(nuclei[0].tolist()))")), dtype=np.uint32)
+    clims = state["last"]["clims"]
+    idx = np.stack([to_uint8(truth[k], tuple(clims[k])) for k in range(nc)])
+    under = composite_rgba(idx, state["channel_colors"], clims)
+    a = 128  # floor(0.5 * 255 + 0.5): the opacity's default
+    want = under.copy()
+    on = ids != 0
+    want[on, :3] = blend(under[on, :3], label_rgba(ids[on])[:, :3], a)
+    full = [[-0.5, ny - 0.5], [-0.5, nx - 0.5]]
+    np.testing.assert_array_equal(canvas_colours(page, n, full, (ny, nx)), want)
+    # the readout under the pointer: a pixel of a nucleus
+    iy, ix = (int(v) for v in np.argwhere(on)[len(np.argwhere(on)) // 2])
+    root = page.locator(".tse-canvas").nth(n)
+    left, top, w, h = (int(v) for v in root.get_attribute("data-plot").split(","))
+    v = state["view"]
+    box = root.locator("canvas.tse-canvas-plot").bounding_box()
+    px = box["x"] + left + (ix - v["x0"]) / (v["x1"] - v["x0"]) * w
+    py = box["y"] + top + (v["y1"] - iy) / (v["y1"] - v["y0"]) * h
+    page.mouse.move(px, py)
+    page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.hoverLabel === '{ids[iy, ix]}'",
+                           timeout=10_000)
+    assert f"label {ids[iy, ix]}" in root.locator(".tse-canvas-readout").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "01_labels.png"))
+
+
+def _check_saved_notebook(page, execute, notebook):
+    """Saved with its widget state, converted by nbconvert: the HTML holds the Explorer's
+    picture (its canvas's poster, the kernel's snapshot of what the canvas shows); without the
+    widget state, the PNG of the output itself is the image nbconvert shows."""
+    import base64
+    import re
+
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from tsexplore.ui._render import from_png
+
+    execute(page, "ex.settle(30)")
+    page.wait_for_timeout(2500)  # the poster is made a moment after the picture stops changing
+    snap = _kernel_png(page, execute, "ex.canvas.poster")
+    np.testing.assert_array_equal(snap, _kernel_png(page, execute, "ex.snapshot()"))
+    before = notebook.stat().st_mtime
+    saved = page.evaluate("() => Promise.race([window.jupyterapp.commands.execute('docmanager:save')"
+                          ".then(() => 'saved', (e) => 'failed: ' + e), new Promise((r) => setTimeout(() => r("
+                          "'no answer in 60 s: ' + document.querySelector('.jp-Dialog')?.innerText), 60000))])")
+    assert saved == "saved", saved
+    deadline = time.monotonic() + 60
+    while notebook.stat().st_mtime == before or "widget-state+json" not in notebook.read_text():
+        assert time.monotonic() < deadline, "the notebook was not saved with its widget state"
+        time.sleep(0.25)
+    nb = nbformat.read(notebook, as_version=4)
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    found = re.search(r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>', html, re.S)
+    assert found, "no widget state in the HTML"
+    models = json.loads(found.group(1))["state"].values()
+    pngs = [from_png(base64.b64decode(b["data"])) for m in models for b in m.get("buffers", [])
+            if b.get("path") == ["poster"] and b.get("data")]
+    assert any(p.shape == snap.shape and np.array_equal(p, snap) for p in pngs), \
+        f"{len(pngs)} posters in the HTML's widget state, none is the Explorer's picture"
+    del nb.metadata["widgets"]
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert re.search(r'<img[^>]*src="data:image/png;base64,iVBORw0KGgo', html), "no PNG of the Explorer without widget state"
+
+
 def _layout(page, width):
     from tsexplore.testing.lab import OVERLAPS
 
@@ -206,6 +434,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     tse.pyramid(plane, counted, min_size=64, chunks={"y": 64, "x": 64}, progress=False)
     tse.close()
     nb.cells.append(nbformat.v4.new_code_cell(COUNTED_CELL.format(path=str(counted))))
+    nb.cells.append(nbformat.v4.new_code_cell(OFFLINE_CELL))
     nbformat.write(nb, tmp_path / "01_explore.ipynb")
     data = tmp_path / "data"
     cube = tse.sample_data("cube", data / "cube.zarr", size="small", progress=False)
@@ -222,7 +451,10 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
                 "bytes", sent_back["bytes"] + (len(p) if sent_back["on"] else 0)))
 
     full = [[-0.5, 127.5], [-0.5, 127.5]]
-    with jupyterlab(tmp_path, env) as (url, token), chromium(tmp_path / "profile") as page:
+    refused: list[str] = []
+    save_state = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+    with jupyterlab(tmp_path, env, settings=save_state) as (url, token), \
+            chromium(tmp_path / "profile", refused=refused) as page:
         page.on("websocket", on_ws)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{url}/lab/tree/01_explore.ipynb?token={token}")
@@ -233,6 +465,13 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         text = page.evaluate(STREAM_TEXT)
         assert "PB," in text and "ticks" in text, text[-2000:]
         assert "channels ['DAPI', 'GFP', 'RFP']" in text, text[-2000:]
+        assert "label layer: nuclei" in text and "4/4 tiles, complete" in text and "snapshot:" in text, text[-2000:]
+        cube_n = _check_restored(page, execute)
+        _check_snapshot(page, execute, cube_n)
+        _check_themes(page, execute, cube_n)
+        _check_ortho(page, execute, truth)
+        _check_labels(page, execute, data / "cells.zarr")
+        print(f"restored view, snapshot, themes, orthogonal planes, labels checked after {time.monotonic() - t0:.1f} s")
 
         print(f"printed text checked after {time.monotonic() - t0:.1f} s")
         # the scrub cell left the cube at time=7: the canvas shows truth[7] in viridis
@@ -320,6 +559,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
         _check_cells(page, execute, data / "cells.zarr")
         print(f"cells checked after {time.monotonic() - t0:.1f} s")
         # the pyramid: 1024^2 on 256^2 pixels reads level 2 (16 chunks), level 3 (4) first
+        COUNTED = _index(page, execute, "exp.canvas")
         state = _wait_canvas(page, COUNTED, "m.final")
         reads = json.loads(execute(page, "print(json.dumps(lv.chunk_reads()))"))
         kernel = json.loads(execute(page, "f = exp.controller.frame\n"
@@ -333,6 +573,7 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
                                       _colours(shown))
         page.locator(".tse-canvas").nth(COUNTED).scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "01_pyramid.png"))
+        _check_saved_notebook(page, execute, tmp_path / "01_explore.ipynb")
     print(f"tutorial 01 browser test: {time.monotonic() - t0:.1f} s")
     # the browser sent back the slider move, not the image (128 x 128 = 16 kB) nor echoes of
     # the StatsPanel's streamed rows and auto-ranges
@@ -341,3 +582,4 @@ def test_tutorial_01_in_jupyterlab(browser_ready, tmp_path):
     assert numbers_after != numbers_before
     assert _requests(numbers_after) >= _requests(numbers_before) + 4
     assert not errors, errors
+    assert refused == [], f"requests that left 127.0.0.1 (a notebook must work offline): {refused[:10]}"

@@ -4,7 +4,8 @@ Checked from the canvas's own pixels (``getImageData``) against the data and the
 table computed here: the frame asked for is shown (raw, PNG and WebP); a colormap and a
 display-range change repaint without a frame from the kernel; a drag and a wheel zoom make
 the kernel receive the region now on screen; a click reports the pixel under the pointer; the
-widget's keys move its slider and do not reach JupyterLab's command-mode shortcuts. The server
+widget's keys move its slider and do not reach JupyterLab's command-mode shortcuts; on a plain
+page (no JupyterLab theme) its colours follow the OS's light or dark scheme. The server
 runs with the opt-in ``tsexplore.jupyter_server_ext`` (TCP_NODELAY on kernel websockets).
 Without chromium this skips locally and FAILS under CI (``CI=true``).
 """
@@ -82,6 +83,29 @@ def _wait_label(page, prefix, timeout=30_000):
 def _viewport(label):
     vp = json.loads(label[len("vp "):])
     return vp["y"], vp["x"], vp["height"], vp["width"]
+
+
+def _check_colour_scheme(context):
+    """Outside JupyterLab (no --jp-* variables: VS Code without its own, Colab, a plain page)
+    the canvas's colours follow the OS's light or dark scheme (``prefers-color-scheme``)."""
+    from tsexplore.ui.theme import STATIC
+
+    page = context.new_page()
+    try:
+        html = (f"<style>{(STATIC / 'canvas.css').read_text()}</style>"
+                f"<script>{(STATIC / 'theme.js').read_text()}</script>"
+                "<div class='tse-canvas' id='c'></div>")
+        page.set_content(f"<!doctype html><html><body>{html}</body></html>")
+        read = "() => readTheme(document.getElementById('c'))"
+        for scheme, dark in (("light", False), ("dark", True)):
+            page.emulate_media(color_scheme=scheme)
+            theme = page.evaluate(read)
+            assert theme["dark"] is dark, (scheme, theme)
+            lum = sum(theme["bg"][:3]) / 3
+            assert (lum < 60) if dark else (lum > 200), (scheme, theme)
+            assert abs(sum(theme["fg"][:3]) / 3 - lum) > 150, (scheme, theme)  # text against it
+    finally:
+        page.close()
 
 
 @pytest.mark.browser
@@ -196,6 +220,7 @@ def test_canvas_in_jupyterlab(browser_ready, tmp_path):
         assert page.evaluate(LABEL) == stopped
         page.screenshot(path=str(ARTIFACTS / "canvas_last.png"))
         state = page.evaluate(STATE)
+        _check_colour_scheme(page.context)
     print(f"canvas browser test: {time.monotonic() - t0:.1f} s, {state}")
     # the opt-in server extension set TCP_NODELAY on the kernel's websocket (and all worked)
     assert "TCP_NODELAY on the websocket of kernel" in (tmp_path / "lab.log").read_text()

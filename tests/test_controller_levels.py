@@ -236,3 +236,16 @@ def test_slider_moves_at_a_coarse_level_are_read_ahead_at_that_level():
     assert eng.prefetcher.last_policy.get(sources[3].token) == "momentum"
     assert sources[3].reads > 6 * 4  # slices ahead of the slider were read at level 3
     assert sources[0].reads == sources[1].reads == 0
+
+
+def test_label_samples_are_the_images_at_level_0_and_block_centres_above():
+    from tsexplore.controller import ViewRequest, ViewState, label_samples
+
+    req = ViewRequest(generation=1, state=ViewState(), key=(), region=((10, 50), (0, 64)), step=(2, 4), chunks=())
+    assert label_samples(req, (128, 128)) == (slice(10, 50, 2), slice(0, 64, 4))
+    # level 2 (4 x 4 blocks), 8 coarse pixels from level-0 edge -0.5: the pixel nearest each
+    # block's centre, one per block
+    coarse = ViewRequest(generation=1, state=ViewState(), key=(), region=((0, 8), (0, 8)), step=(1, 1), chunks=(),
+                         level=2, extent=((-0.5, 31.5), (-0.5, 31.5)))
+    ys, xs = label_samples(coarse, (32, 32))
+    assert list(range(32))[ys] == [2, 6, 10, 14, 18, 22, 26, 30] and ys == xs

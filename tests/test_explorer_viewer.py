@@ -221,8 +221,8 @@ def test_roi_statistics_along_the_slider_equal_numpy(cube):
         assert handle.done and handle.progress == 1.0
         assert ex.canvas.roi_box == {"y": [9.5, 69.5], "x": [49.5, 99.5]}
         # the plot draws the same object; the StatsPanel shows the stream of its own
-        wait_for(lambda: ex.roi_plot is not None and len(ex.roi_plot.source.data["mean"]) == 32, what="roi plot")
-        np.testing.assert_array_equal(ex.roi_plot.source.data["mean"], out["mean"].values)
+        wait_for(lambda: ex.roi_plot is not None and len(ex.roi_plot.source.data["mean_0"]) == 32, what="roi plot")
+        np.testing.assert_array_equal(ex.roi_plot.source.data["mean_0"], out["mean"].values)
         ex.stats_panel.tick()
         assert "region y[10:70] x[50:100] along time: 16/16 chunks (planned reads), complete" in \
             ex.stats_panel.numbers.value

@@ -1,7 +1,11 @@
-"""notebooks/03_compute.ipynb runs top to bottom (nbclient, small data, a real kernel)."""
+"""notebooks/03_compute.ipynb runs top to bottom (nbclient, small data, a real kernel); its
+plots link nothing outside the notebook (no CDN: it must look the same offline) and each map
+has a colour scale of its own."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -32,3 +36,18 @@ def test_compute_notebook_runs(tmp_path, run_notebook):
         )
         >= 4
     )
+
+    # offline: no stylesheet or script from a CDN (Panel's came from cdn.holoviz.org)
+    shown = json.dumps([o.get("data", {}) for o in rich])
+    assert "cdn.holoviz.org" not in shown
+    # the mean and the std maps: a colour range each (the std's is not the mean's)
+    ranges = []
+    for o in rich:
+        html = "".join(o.get("data", {}).get("text/html", ""))
+        if "std over time" in html:
+            for m in re.finditer("LinearColorMapper", html):
+                found = dict(re.findall(r'(low|high)[\\"]*:([-0-9.e]+)', html[m.start():m.start() + 4000])[:2])
+                ranges.append((float(found["low"]), float(found["high"])))
+    assert len(ranges) == 2, ranges
+    (mlo, mhi), (slo, shi) = ranges
+    assert mhi > 10 and shi < 5 and (mlo, mhi) != (slo, shi), ranges  # degC: the mean ~15-30, the std ~0.5-2

@@ -14,9 +14,13 @@ controller never imports a widget library and is tested with a mock :class:`View
 - :mod:`.reading`: one generation's frames read through the engine, whole or tile by tile.
 - :mod:`.roi`: the mean/min/max of a region along a slider dim, streamed as PLANNED reads
   (:class:`RoiStats`).
+- :mod:`.labels`: a label layer (integer ids) read under each frame (:class:`LabelLayer`).
+- :mod:`.projection`: a max / mean / min projection along a dim, streamed through
+  ``tse.reduce`` tile by tile (:class:`Projection`).
 """
 
 from .colour import Histogram, frame_histogram, log_counts, robust_range, to_uint8
+from .labels import LabelFrame, LabelLayer, label_samples, read_labels
 from .levels import ViewLevel, ViewPlan, plan_view, tile_requests
 from .planning import (
     FRAME_MODES,
@@ -29,6 +33,7 @@ from .planning import (
     resolve,
 )
 from .profile import Profile, profile_chunks, stream_profile
+from .projection import Projection
 from .roi import RoiStats, roi_plan, stream_roi
 from .view import View, ViewController
 
@@ -37,8 +42,11 @@ __all__ = [
     "Extent",
     "Frame",
     "Histogram",
+    "LabelFrame",
+    "LabelLayer",
     "PlaneGeometry",
     "Profile",
+    "Projection",
     "Range",
     "RoiStats",
     "View",
@@ -48,8 +56,10 @@ __all__ = [
     "ViewRequest",
     "ViewState",
     "frame_histogram",
+    "label_samples",
     "log_counts",
     "profile_chunks",
+    "read_labels",
     "resolve",
     "roi_plan",
     "robust_range",

@@ -116,7 +116,8 @@ def _span(flat: np.ndarray, clim: Range) -> tuple[Range, bool]:
             dmin, dmax = float(flat.min()), float(flat.max())
             finite = bool(np.isfinite(dmin) and np.isfinite(dmax))
             if not finite:
-                dmin, dmax = float(np.nanmin(flat)), float(np.nanmax(flat))
+                some = flat[~np.isnan(flat)]  # an all-NaN frame (a projection just begun) has none
+                dmin, dmax = (float(some.min()), float(some.max())) if some.size else (np.nan, np.nan)
         else:
             dmin, dmax = lo, hi
         if np.isinf(dmin) or np.isinf(dmax):  # infinities are not counted: the finite span

@@ -34,6 +34,7 @@ from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
 from .ahead import FramesAhead, next_step
+from .labels import LabelFrame, LabelLayer, labels_cached, read_labels
 from .levels import (
     QUICK_CHUNKS,
     ViewLevel,
@@ -45,6 +46,7 @@ from .levels import (
 )
 from .planning import Frame, PlaneGeometry, Range, ViewRequest, ViewState
 from .profile import Profile, ProfileStreams
+from .projection import Projection
 from .reading import ChannelRanges, note_cached_read, read_frame, read_tiles
 from .roi import Region, RoiStats, RoiStreams
 
@@ -52,6 +54,8 @@ from .roi import Region, RoiStats, RoiStreams
 PROFILE_INTERVAL = 0.2
 #: what the view thread's queue hands it when a frame is to be made ahead (see .ahead)
 _AHEAD: tuple[int, ViewState] = (-1, ViewState())
+#: ... and when the label ids of a frame shown on the caller's thread are to be read
+_LABELS: tuple[int, ViewState] = (-2, ViewState())
 
 
 class View(Protocol):
@@ -69,6 +73,10 @@ class View(Protocol):
     def show_roi(self, stats: RoiStats) -> None:
         """The newest region statistics so far (``stats.done`` once complete). Optional: a
         view without it is not told."""
+
+    def show_labels(self, labels: LabelFrame) -> None:
+        """The label ids under the newest complete frame (a view with a label layer).
+        Optional: a view without it is not told."""
 
 
 _ids = itertools.count(1)
@@ -104,6 +112,7 @@ class ViewController:
         levels: Sequence[ViewLevel] | None = None,
         quick_chunks: int = QUICK_CHUNKS,
         inline_cached: bool = False,
+        labels: LabelLayer | None = None,
     ) -> None:
         if max_chunks < 1:
             raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
@@ -123,6 +132,12 @@ class ViewController:
         self.quick_chunks = int(quick_chunks)
         #: show a view whose chunks are all cached on the thread that asked for it
         self.inline_cached = bool(inline_cached)
+        #: the label layer read under each complete frame (:mod:`.labels`), or None
+        self.labels = labels
+        self._labels_shown = -1
+        self._label_job: ViewRequest | None = None
+        #: a projection shown instead of the plane's slice (:mod:`.projection`), or None
+        self.projection: Projection | None = None
         self.clim = clim
         self.percentiles = percentiles
         self.timeout = timeout
@@ -259,6 +274,11 @@ class ViewController:
         """Show ``generation`` on the caller's thread when every chunk it needs is cached
         (``inline_cached``: no thread hop, the frame leaves before the caller returns); else
         hand it to the view thread."""
+        if self.projection is not None:  # made from the projection so far: nothing to read
+            with self._cond:
+                self.counts["reads"] += 1
+            self._run_job(generation, state)
+            return
         plan = self.plan(state, generation)
         if not plan.progressive and all(self._is_cached(plan.target, c) for c in plan.steps[-1].chunks):
             with self._cond:
@@ -339,6 +359,21 @@ class ViewController:
         """Read the current view again (e.g. after a colour change)."""
         return self.update()
 
+    def read(self, state: ViewState | None = None, *, channel: str | None = None,
+             timeout: float | None = None) -> Frame:
+        """The frame of ``state`` (default: the current view) read now on the calling thread,
+        at the level chosen for it, coloured as the view colours its frames -- without showing
+        it, and on reads of its own (``channel``, default ``"<this view's>-read"``: the view's
+        newer generations do not cancel them). A movie's frames are read so."""
+        if self._closed:
+            raise TsExploreError("this view controller is closed; create a new Explorer")
+        state = self._state if state is None else state
+        self._check_indices(state)
+        target = self.plan(state, 0).steps[-1]
+        return read_frame(self.engine, self.levels[target.level], target, channel=channel or f"{self.channel}-read",
+                          clim=self.clim, percentiles=self.percentiles,
+                          timeout=self.timeout if timeout is None else timeout, started=time.perf_counter())
+
     def wait(self, generation: int | None = None, timeout: float = 30.0) -> Frame:
         """Block until a frame of ``generation`` (default: the newest) or newer is delivered."""
         want = self._generation if generation is None else generation
@@ -363,10 +398,13 @@ class ViewController:
     # -- the view thread -------------------------------------------------------------------
     def _next_request(self) -> tuple[int, ViewState] | None:
         with self._cond:
-            while self._pending is None and not self._closed and not self.ahead.has_job:
+            while (self._pending is None and not self._closed and not self.ahead.has_job
+                   and self._label_job is None):
                 self._cond.wait(0.5)
             if self._closed:
                 return None
+            if self._pending is None and self._label_job is not None:
+                return _LABELS
             if self._pending is None:
                 return _AHEAD
             job = self._pending
@@ -382,6 +420,12 @@ class ViewController:
                 wish = self.ahead.take_job()
                 if wish is not None:
                     self.ahead.make(wish, self._make_ahead)
+                continue
+            if job is _LABELS:
+                with self._cond:
+                    request, self._label_job = self._label_job, None
+                if request is not None:
+                    self._run_labels(request)
                 continue
             self._run_job(*job)
 
@@ -411,9 +455,14 @@ class ViewController:
         """Read and deliver one generation: one frame, or a coarser base and then tiles
         (``ahead``: its frame, made ahead: the engine is told of the read, then it goes)."""
         started = time.perf_counter()
+        projection = self.projection
+        if projection is not None:
+            self._deliver(projection.frame(state, generation, self.clim, self.percentiles, self.max_chunks, started))
+            return
         if ahead is not None:
             note_cached_read(self.engine, self.levels[ahead.request.level], ahead.request, channel=self.channel)
             self._deliver(replace(ahead, elapsed=time.perf_counter() - started))
+            self._show_labels(ahead.request)
             return
         plan = self.plan(state, generation)
         target = plan.steps[-1]
@@ -422,6 +471,7 @@ class ViewController:
         if not plan.progressive:
             frame = read_frame(self.engine, level, target, clim=self.clim, percentiles=self.percentiles, **kw)
             self._deliver(frame)
+            self._show_labels(target)
             return
         with self._cond:
             self.counts["progressive"] += 1
@@ -432,6 +482,55 @@ class ViewController:
         for frame in read_tiles(self.engine, level, target, plan.order, clim=base.clim,
                                 stale=lambda: self._stale(generation), **kw):
             self._deliver(frame, show=frame.mode == "tile")
+        self._show_labels(target)
+
+    # -- a projection instead of the slice (see .projection) -----------------------------------
+    def project(self, projection: Projection | None) -> int:
+        """Show ``projection`` (as it fills in: call :meth:`refresh` after each of its tiles)
+        instead of the plane's slice; None: the slice again. The previous projection is
+        cancelled. Returns the new generation."""
+        with self._cond:
+            old, self.projection = self.projection, projection
+            self.ahead.drop()
+        if old is not None and old is not projection:
+            old.cancel()
+        return self.update()
+
+    # -- the label layer (see .labels) ------------------------------------------------------
+    def _show_labels(self, request: ViewRequest) -> None:
+        """Read the label ids under ``request``'s frame and hand them to the view, unless a
+        newer view waits (its own labels come with it)."""
+        show = getattr(self.view, "show_labels", None)
+        if self.labels is None or show is None or self._stale(request.generation) or self.projection is not None:
+            return
+        if threading.current_thread() is not self._thread and not labels_cached(
+                self.engine, self.labels, request, self.geometry):
+            with self._cond:  # a read that waits: on the view thread, never the caller's
+                self._label_job = request
+                self._cond.notify_all()
+            return
+        labels = self.labels_of(request)
+        with self._cond:
+            if self._stale(request.generation) or request.generation < self._labels_shown:
+                return
+            self._labels_shown = request.generation
+        show(labels)
+
+    def _run_labels(self, request: ViewRequest) -> None:
+        try:
+            self._show_labels(request)
+        except RequestCancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported to the view, thread lives on
+            if self.view is not None and not self._closed:
+                self.view.show_error(exc)
+
+    def labels_of(self, request: ViewRequest, channel: str | None = None) -> LabelFrame:
+        """The label ids under ``request``'s frame, read now (``channel``: default the view's)."""
+        if self.labels is None:
+            raise ConfigError("this view has no label layer")
+        return read_labels(self.engine, self.labels, request, self.geometry, channel=channel or self.channel,
+                           timeout=self.timeout)
 
     def _deliver(self, frame: Frame, show: bool = True) -> None:
         """Hand ``frame`` to the view unless a newer generation was completed meanwhile; a
@@ -520,6 +619,9 @@ class ViewController:
             self._cond.notify_all()
         if timer is not None:
             timer.cancel()
+        if self.projection is not None:
+            self.projection.cancel()
+            self.projection.join(timeout)
         if not self.engine.closed:
             self.engine.cancel(self.channel)
         self.engine.activity.release(self.channel)

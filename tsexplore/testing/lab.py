@@ -2,7 +2,7 @@
 
 JupyterLab runs on 127.0.0.1 in a folder of the caller's choosing with private Jupyter/IPython
 dirs and a random token; Debian's Chromium is driven by Playwright (never ``playwright
-install``). Every non-local request is refused so nothing waits on DNS.
+install``). Every non-local request is refused (and can be recorded) so nothing waits on DNS.
 """
 
 from __future__ import annotations
@@ -65,14 +65,21 @@ def free_port() -> int:
 
 @contextmanager
 def jupyterlab(root: Path, env: dict[str, str] | None = None, timeout: float = 90.0,
-               args: Sequence[str] = ()) -> Iterator[tuple[str, str]]:
-    """Run JupyterLab in ``root`` (extra command-line ``args``, e.g. a server extension);
-    yields ``(base_url, token)``; stops it by PID on exit. Its log is ``root / "lab.log"``."""
+               args: Sequence[str] = (), settings: dict[str, dict[str, Any]] | None = None) -> Iterator[tuple[str, str]]:
+    """Run JupyterLab in ``root`` (extra command-line ``args``, e.g. a server extension;
+    ``settings``: user settings by plugin id, e.g. ``{"@jupyter-widgets/jupyterlab-manager:plugin":
+    {"saveState": True}}``); yields ``(base_url, token)``; stops it by PID on exit. Its log is
+    ``root / "lab.log"``."""
     root = Path(root)
     token, cfg = secrets.token_hex(16), root / ".jcfg"
     (cfg / "labconfig").mkdir(parents=True, exist_ok=True)
     (cfg / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    for plugin, values in (settings or {}).items():
+        package, name = plugin.split(":")
+        path = cfg / "lab" / "user-settings" / package / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     full_env = dict(os.environ, JUPYTER_CONFIG_DIR=str(cfg), JUPYTER_RUNTIME_DIR=str(root / ".jrt"),
                     JUPYTER_DATA_DIR=str(root / ".jdata"), IPYTHONDIR=str(root / ".ipy"),
                     **(env or {}))
@@ -108,9 +115,15 @@ def jupyterlab(root: Path, env: dict[str, str] | None = None, timeout: float = 9
         log.close()
 
 
+LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
+
+
 @contextmanager
-def chromium(profile: Path, width: int = 1600, height: int = 1200) -> Iterator[Any]:
-    """A headless Chromium page (Playwright), with non-local requests refused."""
+def chromium(profile: Path, width: int = 1600, height: int = 1200,
+             refused: list[str] | None = None) -> Iterator[Any]:
+    """A headless Chromium page (Playwright), with non-local requests refused; each refused
+    URL is appended to ``refused`` (a notebook must look the same with no internet: a test
+    asserts it stays empty)."""
     from playwright.sync_api import sync_playwright
 
     exe = find_chromium()
@@ -122,9 +135,15 @@ def chromium(profile: Path, width: int = 1600, height: int = 1200) -> Iterator[A
             viewport={"width": width, "height": height})
         try:
             ctx.set_default_timeout(90_000)
-            ctx.route("**/*", lambda route: route.continue_()
-                      if route.request.url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:"))
-                      else route.abort())
+            def route(r: Any) -> None:
+                if r.request.url.startswith(LOCAL):
+                    r.continue_()
+                else:
+                    if refused is not None:
+                        refused.append(r.request.url)
+                    r.abort()
+
+            ctx.route("**/*", route)
             yield ctx.pages[0]
         finally:
             ctx.close()
@@ -175,6 +194,17 @@ CANVAS_SAMPLES = """([n, extent, shape]) => {
   for (let i = 0; i < out.length; i += 8192) text += String.fromCharCode(...out.subarray(i, i + 8192));
   return btoa(text);
 }"""
+# the index among the page's canvases of the one whose model has uid ``uid`` (-1: none)
+CANVAS_INDEX = """(uid) => [...document.querySelectorAll('.tse-canvas')].findIndex((root) =>
+  [...(window.__tse_canvases ?? [])].some((s) => s.model.get('_tse_uid') === uid && [...s.views].some((v) => v.el === root)))"""
+# the n-th canvas's whole picture as the page shows it: {width, height, dpr, rgba (base64)}
+CANVAS_PIXELS = """(n) => {
+  const c = document.querySelectorAll('.tse-canvas')[n].querySelector('canvas.tse-canvas-plot');
+  const all = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let text = '';
+  for (let i = 0; i < all.length; i += 8192) text += String.fromCharCode(...all.subarray(i, i + 8192));
+  return {width: c.width, height: c.height, dpr: window.devicePixelRatio || 1, rgba: btoa(text)};
+}"""
 # the n-th canvas's browser-side state: its view (index edges), counts, last frame's meta, the
 # histogram it draws (log heights per channel) and its channels' colours and toggles
 CANVAS_STATE = """(n) => {
@@ -218,6 +248,21 @@ OVERLAPS = """(selector) => {
 def execute(page: Any, code: str) -> str:
     """Run ``code`` in the open notebook's kernel; its printed output (and errors)."""
     return str(page.evaluate(EXECUTE, code))
+
+
+def canvas_index(page: Any, uid: str) -> int:
+    """The index of the canvas of the model with ``_tse_uid`` ``uid`` among the page's."""
+    return int(page.evaluate(CANVAS_INDEX, uid))
+
+
+def canvas_pixels(page: Any, n: int) -> Any:
+    """The ``n``-th canvas's whole picture (``(rows, columns, 4)`` uint8) as the page shows it."""
+    import base64
+
+    import numpy as np
+
+    out = page.evaluate(CANVAS_PIXELS, n)
+    return np.frombuffer(base64.b64decode(out["rgba"]), dtype=np.uint8).reshape(out["height"], out["width"], 4)
 
 
 def canvas_colours(page: Any, n: int, extent: Any, shape: tuple[int, int]) -> Any:

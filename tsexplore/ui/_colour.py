@@ -30,6 +30,8 @@ class ExplorerColour:
         #: the fixed colour range of each channel (None: robust)
         self.fixed: list[Range | None] = []
         self._setting_mode = False
+        #: each channel's range from a saved view, taken by the first :meth:`reset`
+        self.restored: list[Range | None] | None = None
         self.lo = RangeField("min", lambda: self.in_use()[0], lambda v: self.set(lo=v))
         self.hi = RangeField("max", lambda: self.in_use()[1], lambda v: self.set(hi=v))
         self.mode.observe(self._on_mode, "value")
@@ -40,6 +42,14 @@ class ExplorerColour:
         if self.mode.value == "fixed":  # a new variable keeps a range fixed before
             fixed = next((r for r in self.fixed if r is not None), self.clim_arg)
         self.fixed = [fixed] * geometry.channels
+        if self.restored is not None:  # a saved view's ranges, channel by channel
+            given, self.restored = self.restored, None
+            self.fixed = [given[k] if k < len(given) else None for k in range(geometry.channels)]
+            self._setting_mode = True
+            try:
+                self.mode.value = "fixed" if any(r is not None for r in self.fixed) else "robust"
+            finally:
+                self._setting_mode = False
         c = self.ex.canvas
         if geometry.channel is None:
             c.channel_names, c.channel_colors, c.channel_on, c.channel_clims, c.rgb = [], [], [], [], False
@@ -122,6 +132,9 @@ class ExplorerColour:
             self.ex.canvas.channel_clims = shown
         if requantise:
             ctl.refresh()  # quantised again over the new range
+        ortho = getattr(self.ex, "ortho", None)
+        if ortho is not None:
+            ortho.recolour(requantise)
 
     # -- channels --------------------------------------------------------------------------
     @property

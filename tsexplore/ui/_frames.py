@@ -131,6 +131,32 @@ def composite_rgba(indices: np.ndarray, colours: list[str], frame_clims: list[Ra
     return out
 
 
+#: ids at most this large are compacted by counting (a table as long as the largest id);
+#: larger ones by sorting
+COMPACT_BY_COUNT = 1 << 20
+
+
+def compact_labels(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A label plane as it travels: ``(index, table)``, ``table[index] == ids``; ``table`` the
+    sorted distinct ids (``uint32``), ``index`` ``uint8`` / ``uint16`` / ``uint32``, the
+    smallest that holds it (a view shows a few hundred labels: a byte per pixel)."""
+    arr = np.asarray(ids)
+    if arr.size and (arr.min() < 0 or int(arr.max()) > 0xFFFFFFFF):
+        raise ConfigError(f"label ids must lie in 0..2**32-1, got {arr.min()}..{arr.max()}")
+    flat = arr.ravel()
+    top = int(flat.max()) if flat.size else 0
+    if top < COMPACT_BY_COUNT:
+        present = np.bincount(flat.astype(np.intp, copy=False), minlength=1) > 0
+        table = np.flatnonzero(present).astype(np.uint32)
+        lookup = np.cumsum(present) - 1
+        index = lookup[flat]
+    else:
+        table, index = np.unique(flat, return_inverse=True)
+        table = table.astype(np.uint32)
+    kind = np.uint8 if table.size <= 256 else np.uint16 if table.size <= 65536 else np.uint32
+    return index.astype(kind).reshape(arr.shape), table
+
+
 def fit_view(extent: Extent, box: tuple[int, int]) -> Extent:
     """``extent`` widened (about its centre) so that a data pixel is square on a ``box``
     of (height, width) screen pixels; the view the canvas shows for a "reset"."""
@@ -138,6 +164,8 @@ def fit_view(extent: Extent, box: tuple[int, int]) -> Extent:
     h, w = max(1, int(box[0])), max(1, int(box[1]))
     dy, dx = y1 - y0, x1 - x0
     per_px = max(dy / h, dx / w)
+    if abs(dy / h - dx / w) <= 1e-9 * per_px:  # square already: kept exactly (a saved view)
+        return ((y0, y1), (x0, x1))
     cy, cx = (y0 + y1) / 2, (x0 + x1) / 2
     return ((cy - per_px * h / 2, cy + per_px * h / 2), (cx - per_px * w / 2, cx + per_px * w / 2))
 

@@ -70,6 +70,42 @@ def channel_of(da: Any, channel: Any = "auto") -> tuple[str | None, bool]:
     return None, False
 
 
+#: variable names taken for a label layer (integer ids over the image)
+LABEL_NAMES = ("labels", "label", "seg", "segmentation", "segmentations", "mask", "masks")
+
+
+def looks_like_labels(da: Any) -> bool:
+    """Whether ``da`` says it is a segmentation: integer ids named like one, or attributes
+    that say so (OME-NGFF's ``image-label``, ``segmentation``, or a name or description with
+    "label" or "segmentation" in it)."""
+    if np.dtype(da.dtype).kind not in "iu":
+        return False
+    if str(da.name).lower() in LABEL_NAMES or "image-label" in da.attrs or da.attrs.get("segmentation"):
+        return True
+    text = " ".join(str(da.attrs.get(k, "")) for k in ("long_name", "standard_name", "description")).lower()
+    return "segmentation" in text or "label" in text.split()
+
+
+def label_candidates(ds: Any, var: str, labels: Any) -> list[tuple[str, Any]]:
+    """The label layers to try over ``ds[var]``, best first, as ``(name, dataset holding
+    it)``: ``labels`` given (a variable's name or a DataArray), or with ``"auto"`` the other
+    variables that look like labels (:func:`looks_like_labels`); none for None/False."""
+    import xarray as xr
+
+    if labels is None or labels is False:
+        return []
+    if isinstance(labels, str) and labels != "auto":
+        if labels not in ds.data_vars:
+            raise ConfigError(f"labels={labels!r} is not a variable; variables are {list(ds.data_vars)}")
+        return [(labels, ds)]
+    if isinstance(labels, xr.DataArray):
+        name = str(labels.name or "labels")
+        return [(name, labels.to_dataset(name=name))]
+    if labels != "auto":
+        raise ConfigError(f"labels= takes a variable's name, a DataArray, 'auto' or None, got {type(labels).__name__}")
+    return [(str(n), ds) for n, v in ds.data_vars.items() if n != var and looks_like_labels(v)]
+
+
 class RangeField:
     """A colour range bound (``ex.clim_lo``, ``ex.clim_hi``) seen as a field: ``value`` is the
     bound in use (a fixed range, or the frame's robust one); setting it fixes the range. The
@@ -119,6 +155,12 @@ def range_toggle(w: Any, value: str) -> Any:
     return w.ToggleButtons(options=["robust", "fixed"], value=value, description="range",
                            style={"description_width": "initial", "button_width": "64px"},
                            layout=w.Layout(width="200px", flex="0 0 auto"))
+
+
+def position(state: Any) -> str:
+    """A view's slider position as text (``"time=3,z=7"``): what pairs a frame with the label
+    layer read for the same position."""
+    return ",".join(f"{d}={i}" for d, i in state.indices)
 
 
 def frame_info(frame: Any, nlevels: int) -> str:

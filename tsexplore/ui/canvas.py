@@ -8,8 +8,12 @@ and display-range changes (``cmap``, ``clim``) repaint without a kernel round tr
 one frame is in flight: the browser acks each frame and the newest waiting one goes out on the
 ack (:class:`~tsexplore.ui._frames.FrameFlow`). Pan and zoom move the picture in the browser at
 once and report the new region (``viewport``); a click reports a pixel; an optional slider
-with a play button lives in the browser too (``slider``). The JavaScript is
-``static/canvas.js`` (no build step, nothing fetched from a CDN).
+with a play button lives in the browser too (``slider``). A label layer (integer ids,
+:meth:`ImageCanvas.show_labels`) is coloured and blended in the browser; colour bars
+(``colorbar``), a crosshair (``crosshair``) and the page's theme (reported as ``theme``) are
+drawn there too. The JavaScript is ``static/theme.js`` and ``static/canvas.js``, one module (no
+build step, nothing fetched from a CDN); ``tsexplore.ui._render`` paints the same pixels in
+the kernel.
 
 >>> canvas = ImageCanvas(shape=(ny, nx))
 >>> canvas.show_plane(data)                      # colour-mapped over its 2-98 % range
@@ -42,12 +46,14 @@ from ._frames import (
     FrameFlow,
     Range,
     choose_encoding,
+    compact_labels,
     decode_payload,
     encode_indices,
     fit_view,
     to_indices,
 )
 from ._kernel import Dispatcher
+from .theme import LIGHT, esm, parse_theme
 
 STATIC = Path(__file__).parent / "static"
 CMAPS = ("viridis", "magma", "cividis", "coolwarm", "RdBu_r", "gray", "turbo")
@@ -55,7 +61,11 @@ NAN_RGBA = (217, 217, 217, 255)
 MODES = ("replace", "tile", "base")
 #: what each further frame of a message (``more``: tiles that travel together) says of itself
 PART_KEYS = ("gen", "shape", "extent", "clim", "encoding", "label", "index", "mode", "info", "final",
-             "channels", "clims", "hist")
+             "channels", "clims", "hist", "at")
+#: the plot's place on the canvas (CSS pixels): margins around the plot box, and the width
+#: each colour bar takes on the right (``canvas.js`` and ``_render`` lay it out by these)
+MARGINS = {"left": 58, "right": 14, "top": 24, "bottom": 40, "colorbar": 84}
+
 #: the colours of a composite's channels, in order (then white)
 CHANNEL_COLORS = ("#00ff00", "#ff00ff", "#00ffff", "#ffff00", "#ff0000", "#0000ff", "#ff8000", "#ffffff")
 #: the largest coordinate label list sent for a non-uniform axis (readouts and ticks)
@@ -112,7 +122,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     alone after ``lazy_ack_ms`` or when the kernel asks for it).
     """
 
-    _esm = STATIC / "canvas.js"
+    _esm = esm("canvas.js")
     _css = STATIC / "canvas.css"
 
     width = t.Int(560).tag(sync=True)
@@ -140,6 +150,18 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     #: the region of the statistics along the slider ({"y": [lo, hi], "x": [lo, hi]} in index
     #: edges; {}: none), drawn on the image
     roi_box = t.Dict().tag(sync=True)
+    #: the point of linked orthogonal planes ({"y": iy, "x": ix}, index coordinates; {}: none)
+    crosshair = t.Dict().tag(sync=True)
+    #: colour bars right of the plot (one per visible channel), labelled by ``value_axis``
+    #: ({"label": name, "units": units})
+    colorbar = t.Bool(False).tag(sync=True)
+    value_axis = t.Dict().tag(sync=True)
+    margins = t.Dict(MARGINS).tag(sync=True)
+    #: how opaque the label layer is drawn over the image (0: hidden)
+    label_opacity = t.Float(0.5).tag(sync=True)
+    #: a PNG of the picture (the kernel's snapshot), shown until frames come: a notebook saved
+    #: with its widget state shows it without a kernel
+    poster = t.Bytes(b"").tag(sync=True)
     _tse_uid = t.Unicode("").tag(sync=True)  # one browser-side state per widget
 
     # kernel side only: set from the browser's messages; ``viewport["shape"]`` is the plane's
@@ -147,6 +169,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     viewport = t.Dict()
     pixel = t.Dict()
     slider_value = t.Int(0)
+    #: the page's colours where the canvas is shown (:mod:`.theme`; set by the browser)
+    theme = t.Dict(LIGHT)
     encoding = t.Enum((*ENCODINGS, "auto"), "raw")
     ack_policy = t.Enum(("eager", "lazy"), "eager")
 
@@ -171,6 +195,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._base: tuple[dict[str, Any], EncodedFrame] | None = None
         self._frames: list[tuple[dict[str, Any], EncodedFrame]] = []
+        self._labels: Any = None  # the label layer: (meta, indices, table of ids)
         self._poked = 0
         self._from_browser = False
         # with wait_ready, frames are only remembered until the browser's state exists (its
@@ -189,7 +214,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
     def show(self, indices: np.ndarray, extent: Extent | None = None, clim: Range = (0.0, 1.0), *,
              generation: int | None = None, label: str = "", index: int | None = None,
              mode: str = "replace", info: str = "", final: bool = True,
-             clims: Any = None, hists: Any = ()) -> int:
+             clims: Any = None, hists: Any = (), at: str | None = None) -> int:
         """Paint ``indices`` (2-D ``uint8``, 0 = NaN) covering ``extent`` (edges in index
         coordinates; default: the whole plane). ``clim`` is the range the indices were
         quantised over (for the value readout and for display-range changes). Frames of an
@@ -198,7 +223,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         others (an overview). ``label`` is drawn as the title, ``info`` on the status line
         under the plot; ``index`` (the slider position the frame shows) and ``final`` (the
         last piece of its generation) travel with it (``tse-paint`` events, ``data-*``
-        attributes). A ``(channels, y, x)`` stack is a composite (``clims``: each channel's
+        attributes); ``at`` (the slider position, as text) pairs the frame with the label
+        layer of the same position. A ``(channels, y, x)`` stack is a composite (``clims``: each channel's
         range); ``hists`` (:class:`~tsexplore.controller.Histogram`, one per channel) travel
         with the frame as one more buffer of 256 log heights each. Callable from any thread;
         returns the generation."""
@@ -231,7 +257,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
                     "index": None if index is None else int(index), "mode": mode,
                     "info": str(info), "final": bool(final), "channels": nch,
                     "clims": [[float(a), float(b)] for a, b in clims] if clims is not None else None,
-                    "hist": None}
+                    "hist": None, "at": at}
             if hists:
                 meta["hist"] = {"ranges": [[float(h.range[0]), float(h.range[1])] for h in hists],
                                 "max": [int(h.counts.max()) for h in hists]}
@@ -279,10 +305,93 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         return out
 
     def clear(self) -> None:
-        """Remove the picture."""
+        """Remove the picture (and the label layer)."""
         with self._lock:
-            self._base, self._frames = None, []
+            self._base, self._frames, self._labels = None, [], None
         self._call(self.send, {"type": "clear"})
+
+    # -- the label layer ----------------------------------------------------------------------
+    def show_labels(self, ids: np.ndarray | None, extent: Extent | None = None, *, generation: int = 0,
+                    at: str | None = None) -> None:
+        """Draw integer label ``ids`` (2-D, 0 = no label) over the image, covering ``extent``
+        (index edges; default: the whole plane), each id in a colour of its own
+        (:func:`~tsexplore.ui._render.label_rgba`), ``label_opacity`` opaque; ``at`` pairs them
+        with the frames of the same slider position. They travel as compact indices into a
+        table of ``uint32`` ids and are coloured in the browser. ``None`` removes the layer.
+        Callable from any thread."""
+        if ids is None:
+            with self._lock:
+                self._labels = None
+            self._call(self.send, {"type": "labels", "clear": True})
+            return
+        arr = np.asarray(ids)
+        if arr.ndim != 2 or arr.dtype.kind not in "iub":
+            raise ConfigError(f"labels are a 2-D plane of integer ids, got {arr.dtype} of shape {arr.shape}")
+        if extent is None:
+            extent = full_extent(arr.shape)  # type: ignore[arg-type]
+        index, table = compact_labels(arr)
+        (y0, y1), (x0, x1) = extent
+        meta = {"type": "labels", "gen": int(generation), "shape": list(arr.shape),
+                "extent": [[float(y0), float(y1)], [float(x0), float(x1)]], "dtype": str(index.dtype),
+                "at": at}
+        with self._lock:
+            if self._labels is not None and self._labels[0]["gen"] > meta["gen"]:
+                return
+            self._labels = (meta, index, table)
+            ready = self._ready
+        if ready:
+            self._call(self._send_labels)
+
+    def _send_labels(self) -> None:
+        with self._lock:
+            item = self._labels
+        if item is not None:
+            meta, index, table = item
+            self.send(meta, buffers=[np.ascontiguousarray(index).tobytes(), table.tobytes()])
+
+    def label_layer(self) -> tuple[dict[str, Any], np.ndarray] | None:
+        """The label layer as a newly rendered view gets it: ``(meta, ids)``, or None."""
+        with self._lock:
+            item = self._labels
+        if item is None:
+            return None
+        meta, index, table = item
+        return dict(meta), table[index]
+
+    # -- what the browser shows ---------------------------------------------------------------
+    def current_view(self) -> Extent:
+        """The view on screen (index edges): the browser's last report when it was made for
+        this plane, else the view the kernel set (fitted to square pixels as the browser
+        fits it), else the whole plane."""
+        ny, nx = int(self.y_axis.get("size", 1)), int(self.x_axis.get("size", 1))
+        vp = self.viewport
+        if vp and tuple(vp.get("shape", (ny, nx))) == (ny, nx):
+            return (tuple(vp["y"]), tuple(vp["x"]))  # type: ignore[return-value]
+        v0 = self.view0
+        if v0.get("y") and v0.get("x"):
+            return self.fitted(v0["y"], v0["x"])
+        return self.fitted()
+
+    @property
+    def bars(self) -> list[int]:
+        """The channels with a colour bar shown (``canvas.js``'s ``bars``)."""
+        if not self.colorbar or self.rgb:
+            return []
+        with self._lock:
+            last = self._frames[-1][0] if self._frames else (self._base[0] if self._base else None)
+        n = int(last["channels"]) if last else max(1, len(self.channel_names))
+        if n < 2:
+            return [0]
+        on = list(self.channel_on)
+        return [k for k in range(n) if k >= len(on) or on[k]]
+
+    @property
+    def outer_width(self) -> int:
+        """The canvas's width in CSS pixels: the plot, its margins and its colour bars."""
+        m = self.margins
+        n = len(self.channel_names) if self.channel_names and not self.rgb else 1
+        bars = 0 if not self.colorbar or self.rgb else n
+        return int(self.width + m["left"] + m["right"] + bars * m["colorbar"])
 
     def _remember(self, item: tuple[dict[str, Any], EncodedFrame]) -> None:
         """What a freshly rendered view needs: the base frame and the current picture."""
@@ -391,6 +500,8 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
             box = {"y": [float(v) for v in content["y"]], "x": [float(v) for v in content["x"]]}
             for region in list(self._roi_callbacks):
                 region(box)
+        elif kind == "theme":
+            self.theme = parse_theme(content)
         elif kind == "hover" and self._hover is not None:
             iy, ix = int(content["iy"]), int(content["ix"])
             self.send({"type": "hover", "iy": iy, "ix": ix, "text": str(self._hover(iy, ix))})
@@ -411,6 +522,7 @@ class ImageCanvas(anywidget.AnyWidget):  # type: ignore[misc]
         if items:
             seq, _ = self.flow.force(items[0], sum(f.nbytes for _, f in items))
             self._send_parts(seq, items)
+        self._send_labels()
 
     def _on_slider_value(self, change: dict[str, Any]) -> None:
         if not self._from_browser:

@@ -91,10 +91,12 @@ class ProfilePanel:
             return
         if self.plot is None:
             self.plot = ProfilePlot(ex.profile_dim, ex.var_picker.value, ex._profile_height, ex.profile_width)
+            ex.themed.add(self.plot.widget)
             self.box.children = [self.plot.widget]
         self.plot.show(profile.values, title)
 
     def close(self) -> None:
         if self.plot is not None:
+            self.ex.themed.discard(self.plot.widget)
             self.plot.close()
             self.plot = None

@@ -102,47 +102,63 @@ class RoiHandle:
 
 
 class RoiPlot:
-    """Mean, min and max of the region along the slider dim (bokeh lines; a composite: the
-    mean of each channel in its colour)."""
+    """Mean, min and max of the region along the slider dim (bokeh lines); a composite gets one
+    small plot per channel, in its colour, one above the other on a shared x axis (each channel
+    on its own y scale: their intensities differ)."""
 
     def __init__(self, dim: str, var: str, height: int, width: int = 300,
                  channels: list[str] | None = None, colours: list[str] | None = None) -> None:
+        from bokeh.layouts import column
         from bokeh.models import ColumnDataSource
         from bokeh.plotting import figure
 
         from ._kernel import bokeh_widget
 
         self.channels = list(channels or [])
-        cols = ["x", *STATS] if not self.channels else ["x", *[f"mean_{k}" for k in range(len(self.channels))]]
+        names = self.channels or [""]
+        cols = ["x", *[f"{stat}_{k}" for k in range(len(names)) for stat in STATS]]
         self.source = ColumnDataSource({c: np.zeros(0) for c in cols})
-        fig: Any = figure(title="shift-drag a region for its statistics", width=width, height=height,
-                          tools="pan,wheel_zoom,reset,save", x_axis_label=f"{dim} index", y_axis_label=var)
-        if not self.channels:
-            fig.line("x", "mean", source=self.source, line_width=2, legend_label="mean")
-            fig.line("x", "min", source=self.source, line_width=1, color="#2ca02c", legend_label="min")
-            fig.line("x", "max", source=self.source, line_width=1, color="#d62728", legend_label="max")
-        else:
-            for k, name in enumerate(self.channels):
-                colour = (colours or [])[k] if k < len(colours or []) else "#444444"
-                fig.line("x", f"mean_{k}", source=self.source, line_width=2, color=colour,
-                         legend_label=f"{name} mean")
-        fig.legend.location = "top_left"
-        fig.legend.label_text_font_size = "8pt"
-        fig.x_range.syncable = fig.y_range.syncable = False
-        self.figure = fig
-        self.widget = bokeh_widget(fig)
+        each = height if not self.channels else max(110, height // len(names) + 30)
+        self.figures: list[Any] = []
+        for k, name in enumerate(names):
+            colour = (colours or [])[k] if k < len(colours or []) else "#1f77b4"
+            last = k == len(names) - 1
+            shared = {"x_range": self.figures[0].x_range} if self.figures else {}
+            fig: Any = figure(title=f"{name} · shift-drag a region for its statistics" if name else
+                              "shift-drag a region for its statistics", width=width, height=each,
+                              tools="pan,wheel_zoom,reset,save", x_axis_label=f"{dim} index" if last else None,
+                              y_axis_label=name or var, **shared)
+            if not self.channels:
+                fig.line("x", "mean_0", source=self.source, line_width=2, legend_label="mean")
+                fig.line("x", "min_0", source=self.source, line_width=1, color="#2ca02c", legend_label="min")
+                fig.line("x", "max_0", source=self.source, line_width=1, color="#d62728", legend_label="max")
+                fig.legend.location = "top_left"
+                fig.legend.label_text_font_size = "8pt"
+            else:
+                fig.varea("x", f"min_{k}", f"max_{k}", source=self.source, color=colour, alpha=0.25)
+                fig.line("x", f"mean_{k}", source=self.source, line_width=2, color=colour)
+                if not last:
+                    fig.xaxis.major_label_text_font_size = "0pt"
+            fig.title.text_font_size = "9pt"
+            fig.y_range.syncable = False
+            self.figures.append(fig)
+        self.figures[0].x_range.syncable = False
+        self.figure = self.figures[0]
+        self.widget = bokeh_widget(column(*self.figures) if self.channels else self.figures[0])
 
     def show(self, ds: Any, title: str) -> None:
         """Draw ``ds`` (a :func:`roi_dataset`)."""
         n = ds.sizes[next(iter(ds["mean"].dims))]
         data: dict[str, Any] = {"x": np.arange(n)}
         if not self.channels:
-            data.update({name: ds[name].values for name in STATS})
+            data.update({f"{name}_0": ds[name].values for name in STATS})
         else:
-            data.update({f"mean_{k}": ds["mean"].values[:, k] for k in range(len(self.channels))})
+            for k in range(len(self.channels)):
+                data.update({f"{name}_{k}": ds[name].values[:, k] for name in STATS})
         with self.widget.batch():
             self.source.data = data
-            self.figure.title.text = title
+            for k, fig in enumerate(self.figures):
+                fig.title.text = f"{self.channels[k]} · {title}" if self.channels else title
 
     def close(self) -> None:
         self.widget.close()
@@ -210,6 +226,7 @@ class RoiPanel:
         if self.plot is None:
             self.plot = RoiPlot(handle.dim, ex.var_picker.value, ex._profile_height, ex.profile_width,
                                 ex.channels or None, list(ex.canvas.channel_colors) or None)
+            ex.themed.add(self.plot.widget)
             self.box.children = [self.plot.widget]
         (y0, y1), (x0, x1) = handle.region
         state = "" if handle.done else f" … {handle.progress:.0%}"
@@ -224,6 +241,7 @@ class RoiPanel:
 
     def close(self) -> None:
         if self.plot is not None:
+            self.ex.themed.discard(self.plot.widget)
             self.plot.close()
             self.plot = None
 

@@ -44,8 +44,11 @@ class StatsPanel:
         explorer: Any = None,
         timer: str = "auto",
         width: int = 300,
+        themed: Any = None,
     ) -> None:
         import ipywidgets as w
+
+        from .theme import ThemedPlots, ThemeProbe
 
         self.id = next(_ids)
         self.explorer = explorer
@@ -63,10 +66,20 @@ class StatsPanel:
         layout = self._figures(width)
         self.width = int(width)
         self.numbers = w.HTML(value="<code>waiting for the first snapshot…</code>",
-                              layout=w.Layout(width=f"{self.width + 20}px"))
+                              layout=w.Layout(max_width="100%"))
         self.numbers.add_class("tsexplore-stats-numbers")
         self.plot_widget = bokeh_widget(layout)
-        self.widget = w.VBox([w.HTML("<b>tsexplore engine</b>"), self.numbers, self.plot_widget])
+        # in the page's theme: the Explorer's (its canvas reports it), or a probe's of its own
+        parts = [w.HTML("<b>tsexplore engine</b>"), self.numbers, self.plot_widget]
+        self.probe: Any = None
+        if themed is None:
+            themed = ThemedPlots()
+            self.probe = ThemeProbe()
+            self.probe.on_theme(themed.set)
+            parts.append(self.probe)
+        self.themed = themed
+        themed.add(self.plot_widget)
+        self.widget = w.VBox(parts, layout=w.Layout(min_width=f"{self.width + 20}px"))
         self.widget.add_class("tsexplore-stats")
         self.tick()
         if timer not in ("auto", "thread"):
@@ -83,8 +96,9 @@ class StatsPanel:
 
     def _figures(self, width: int) -> Any:
         """Bokeh figures fed by ``ColumnDataSource.stream`` (about 1 ms per tick; a holoviews
-        DynamicMap re-render cost 250-400 ms of the kernel's thread per tick here)."""
-        from bokeh.layouts import column
+        DynamicMap re-render cost 250-400 ms of the kernel's thread per tick here), in a row
+        that wraps: one column beside an image, side by side across a wider cell."""
+        from bokeh.layouts import row
         from bokeh.models import ColumnDataSource, LinearColorMapper
         from bokeh.plotting import figure
 
@@ -120,7 +134,7 @@ class StatsPanel:
         self.figures = [*figs, self.chunk_fig]
         for fig in self.figures:  # auto-ranged in the browser: keep those changes there
             fig.x_range.syncable = fig.y_range.syncable = False
-        return column(*self.figures)
+        return row(*self.figures, sizing_mode="stretch_width", styles={"flex-wrap": "wrap", "gap": "4px 12px"})
 
     def tick(self) -> Any:
         """Take one snapshot and push it to the plots (called by the timer)."""
@@ -156,7 +170,7 @@ class StatsPanel:
         self.numbers.value = (
             # short lines, wrapped at the panel's width rather than clipped on the right
             f"<code style='white-space:pre-wrap; overflow-wrap:anywhere; font-size:11px; "
-            f"display:block; max-width:{self.width}px'>"
+            f"display:block'>"
             f"hits {snap.hits}  misses {snap.misses}  joined {snap.joined}\n"
             f"hit ratio {snap.hit_ratio:.0%}\n"
             f"reads {snap.reads}  prefetch {snap.prefetch_reads}  cancelled {snap.cancelled}\n"
@@ -216,6 +230,9 @@ class StatsPanel:
     def close(self) -> None:
         """Stop the timer and close the widgets."""
         self._timer.stop()
+        self.themed.discard(self.plot_widget)
+        if self.probe is not None:
+            self.probe.close()
         self.widget.close()
 
     def __enter__(self) -> StatsPanel:

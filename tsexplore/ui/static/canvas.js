@@ -4,8 +4,13 @@
 // display-range change repaints without asking the kernel. Pan and zoom move the current image
 // at once and ask the kernel for the new region. One state per model (frames, view, colours);
 // every rendered view of the model draws it.
+//
+// The plot area is painted pixel by pixel (nearest sample of each screen pixel's centre, in
+// float64 like tsexplore.ui._render), so the kernel renders exactly these pixels for
+// ex.snapshot() and movies. Colours of text, lines and background come from the page's theme
+// (JupyterLab's --jp-* variables, VS Code's --vscode-*, else prefers-color-scheme: canvas.css)
+// and follow a theme change live; the kernel is told the theme (its bokeh plots match it).
 
-const M = { left: 58, right: 14, top: 24, bottom: 40 };
 const MAX_TILES = 256;
 
 function bytesOf(b) {
@@ -54,6 +59,18 @@ function ramp(hex) {
   return out;
 }
 
+// A label id's colour, opaque RGBA as a u32 (tsexplore.ui._render.label_rgba is the same
+// arithmetic): a 32-bit integer hash of the id, so an id keeps its colour in every frame.
+function labelColour(id) {
+  let h = id >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x45d9f3b) >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x45d9f3b) >>> 0;
+  h = (h ^ (h >>> 16)) >>> 0;
+  const r = 48 + (((h & 255) * 207) >> 8), g = 48 + ((((h >>> 8) & 255) * 207) >> 8);
+  const b = 48 + ((((h >>> 16) & 255) * 207) >> 8);
+  return (255 << 24 | b << 16 | g << 8 | r) >>> 0;
+}
+
 function make(tag, className) { const e = document.createElement(tag); e.className = className; return e; }
 
 function niceStep(span, n) {
@@ -70,12 +87,42 @@ function fmt(v) {
   return String(Number(v.toPrecision(6)));
 }
 
+// [value, label] ticks of a value range (the colorbar's), ~n of them
+function valueTicks(lo, hi, n) {
+  const out = [];
+  if (!(hi > lo)) return out;
+  const step = niceStep(hi - lo, n);
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+    out.push([t, fmt(Math.abs(t) < step * 1e-9 ? 0 : Number(t.toPrecision(12)))]);
+  }
+  return out;
+}
+
+// The screen pixels' sample positions along one axis: pixel k of n spans [a, b] evenly;
+// its centre (tsexplore.ui._render.centres is the same arithmetic)
+function centres(a, b, n, reverse) {
+  const out = new Float64Array(n);
+  for (let k = 0; k < n; k++) out[k] = reverse ? b - (k + 0.5) / n * (b - a) : a + (k + 0.5) / n * (b - a);
+  return out;
+}
+
+// The source column (row) of each sample position in a layer of n pixels over [e0, e1),
+// -1 outside (tsexplore.ui._render.lookup is the same arithmetic)
+function lookup(pos, e0, e1, n, out) {
+  for (let k = 0; k < pos.length; k++) {
+    const p = pos[k];
+    out[k] = p < e0 || p >= e1 ? -1 : Math.min(n - 1, Math.floor((p - e0) / (e1 - e0) * n));
+  }
+  return out;
+}
+
 class State {
   constructor(model) {
     this.model = model;
     this.views = new Set();
     this.base = null; // a kept overview layer, drawn under the others
     this.layers = [];
+    this.labels = null; // the label layer: ids over an extent, drawn over the image
     this.gen = this.baseGen = -1;
     this.view = null; // {x0, x1, y0, y1}: edges in index coordinates
     this.pal = palettes(model);
@@ -86,12 +133,15 @@ class State {
     this.playing = false;
     this.active = 0; // the channel whose histogram is shown
     this.dragClim = null; // {channel, clim} while a histogram handle is dragged
+    this.themeSent = "";
     this.index = (model.get("slider") || {}).value ?? 0;
     model.on("msg:custom", (msg, buffers) => this.onMessage(msg, buffers));
     for (const name of ["cmap", "clim", "y_origin", "channel_clims", "channel_on", "channel_colors"]) {
       model.on(`change:${name}`, () => this.recolour());
     }
-    model.on("change:roi_box", () => this.drawAll());
+    for (const name of ["roi_box", "crosshair", "label_opacity", "colorbar", "value_axis", "margins", "poster"]) {
+      model.on(`change:${name}`, () => this.drawAll());
+    }
     model.on("change:palettes", () => { this.pal = palettes(model); this.recolour(); });
     // new axes or a new size: show the whole plane again, and tell the kernel
     for (const name of ["x_axis", "y_axis", "width", "height"]) model.on(`change:${name}`, () => this.resetView());
@@ -103,15 +153,18 @@ class State {
   }
 
   // -- geometry ---------------------------------------------------------------------------
+  margins() { return this.model.get("margins") || { left: 58, right: 14, top: 24, bottom: 40, colorbar: 84 }; }
   full() {
     const ny = (this.model.get("y_axis") || {}).size || 1, nx = (this.model.get("x_axis") || {}).size || 1;
     return { y0: -0.5, y1: ny - 0.5, x0: -0.5, x1: nx - 0.5 };
   }
   box() { return { w: this.model.get("width"), h: this.model.get("height") }; }
+  lower() { return this.model.get("y_origin") === "lower"; }
   fit(e) { // widen e to square pixels on the plot box (tsexplore.ui._frames.fit_view)
     const { w, h } = this.box();
     if (this.model.get("aspect") !== "equal") return { ...e };
-    const per = Math.max((e.y1 - e.y0) / h, (e.x1 - e.x0) / w);
+    const py = (e.y1 - e.y0) / h, px = (e.x1 - e.x0) / w, per = Math.max(py, px);
+    if (Math.abs(py - px) <= 1e-9 * per) return { ...e }; // square already: kept exactly
     const cy = (e.y0 + e.y1) / 2, cx = (e.x0 + e.x1) / 2;
     return { y0: cy - per * h / 2, y1: cy + per * h / 2, x0: cx - per * w / 2, x1: cx + per * w / 2 };
   }
@@ -131,6 +184,15 @@ class State {
       this.vpTimer = null; this.vpSent = performance.now(); this.send({ type: "viewport", ...this.viewport() });
     }, Math.max(0, 40 - (performance.now() - this.vpSent)));
   }
+  // the colour bars shown: one per visible channel of a composite, one without channels,
+  // none for RGB(A) or when the kernel turned them off (tsexplore.ui._render.colorbars)
+  bars() {
+    if (!this.model.get("colorbar") || this.model.get("rgb")) return [];
+    const n = this.nch();
+    if (n < 2) return [0];
+    const on = this.model.get("channel_on") || [];
+    return [...Array(n).keys()].filter((k) => on[k] !== false);
+  }
 
   // -- messages -----------------------------------------------------------------------------
   send(content) {
@@ -141,6 +203,12 @@ class State {
     this.model.send(content);
   }
   flushAck() { if (this.pendingAck) this.send({ type: "ack" }); }
+  sendTheme(theme) { // the kernel's bokeh plots follow the page's colours
+    const text = JSON.stringify(theme);
+    if (text === this.themeSent) return;
+    this.themeSent = text;
+    this.send({ type: "theme", ...theme });
+  }
   onMessage(msg, buffers) {
     const t = performance.now();
     if (msg.type === "frame") {
@@ -167,6 +235,8 @@ class State {
           if (hist) this.counts.bytes += hist.bytes.byteLength;
           done = done.then(() => this.decode(m, b)).then((idx) => this.addFrame(m, idx, hist));
         });
+    } else if (msg.type === "labels") {
+      this.addLabels(msg, buffers || []);
     } else if (msg.type === "ack?") {
       this.flushAck();
     } else if (msg.type === "view") {
@@ -178,7 +248,10 @@ class State {
     } else if (msg.type === "hover") {
       this.views.forEach((v) => v.showExact(msg));
     } else if (msg.type === "clear") {
-      this.layers = []; this.base = null; this.drawAll();
+      this.layers = []; this.base = null; this.labels = null; this.drawAll();
+    } else if (msg.type === "theme?") {
+      this.themeSent = "";
+      this.views.forEach((v) => v.themeChanged(true));
     }
   }
   async decode(msg, bytes) {
@@ -201,13 +274,12 @@ class State {
       return;
     }
     const [h, w] = msg.shape, [[y0, y1], [x0, x1]] = msg.extent;
-    // a frame replacing one of its size reuses its pixels (no 2 x 4 bytes/pixel of garbage a frame)
+    // a frame replacing one of its size reuses its colours' buffer (no 4 bytes/pixel of garbage a frame)
     const old = mode === "replace" && this.layers.length === 1 ? this.layers[0] : null;
     const same = old && old.w === w && old.h === h;
-    const canvas = same ? old.canvas : new OffscreenCanvas(Math.max(1, w), Math.max(1, h));
-    const img = same ? old.img : new ImageData(Math.max(1, w), Math.max(1, h));
+    const rgba = same ? old.rgba : new Uint32Array(Math.max(1, w * h));
     const layer = { gen: msg.gen, seq: msg.seq, w, h, idx, clim: msg.clim, clims: msg.clims || [msg.clim],
-                    nch: msg.channels || 1, canvas, img, extent: { y0, y1, x0, x1 } };
+                    nch: msg.channels || 1, rgba, extent: { y0, y1, x0, x1 }, at: msg.at ?? null };
     const prof = this.prof && this.prof.seq === msg.seq ? this.prof : null;
     if (prof && prof.decoded == null) prof.decoded = performance.now();
     this.colour(layer);
@@ -230,6 +302,26 @@ class State {
     }
     if (this.playing && (msg.index == null || msg.index === this.index)) this.stepLater();
   }
+  // a label layer: compact indices into a table of uint32 ids (0 = no label), over an extent
+  addLabels(msg, buffers) {
+    if (msg.clear) { this.labels = null; this.drawAll(); return; }
+    if (this.labels && msg.gen < this.labels.gen) return;
+    const raw = bytesOf(buffers[0]).slice(), table = new Uint32Array(bytesOf(buffers[1]).slice().buffer);
+    const Kind = { uint8: Uint8Array, uint16: Uint16Array, uint32: Uint32Array }[msg.dtype] || Uint8Array;
+    const [h, w] = msg.shape, [[y0, y1], [x0, x1]] = msg.extent;
+    const colours = new Uint32Array(table.length);
+    for (let k = 0; k < table.length; k++) colours[k] = table[k] === 0 ? 0 : labelColour(table[k]);
+    this.labels = { gen: msg.gen, at: msg.at ?? null, w, h, idx: new Kind(raw.buffer), table, colours,
+                    extent: { y0, y1, x0, x1 } };
+    this.counts.labels = (this.counts.labels || 0) + 1;
+    this.drawAll();
+  }
+  // the label layer goes with the image at the same slider position only
+  labelsShown() {
+    const L = this.labels, m = this.last;
+    if (!L) return null;
+    return L.at == null || !m || m.at == null || L.at === m.at ? L : null;
+  }
 
   // -- colour -------------------------------------------------------------------------------
   // the display range of channel k: dragged now, else set, else the frame's own
@@ -245,25 +337,22 @@ class State {
     const m = this.last;
     return m ? (m.clims || [m.clim])[k] || m.clim : null;
   }
+  palette() { return this.pal.get(this.model.get("cmap")) || this.pal.values().next().value; }
+  // each layer keeps its colours in data order (row 0 = lowest y index); drawing places them
   colour(layer) {
     if (layer.nch > 1) { this.composite(layer); return; }
-    const pal = this.pal.get(this.model.get("cmap")) || this.pal.values().next().value;
+    const pal = this.palette();
     if (!pal) return;
     const lut = composeLut(pal, layer.clim, this.display(0));
-    const out = new Uint32Array(layer.img.data.buffer), idx = layer.idx, w = layer.w, h = layer.h;
-    this.paintRows(out, w, h, (s, d) => { for (let c = 0; c < w; c++) out[d + c] = lut[idx[s + c]]; });
-    layer.canvas.getContext("2d").putImageData(layer.img, 0, 0);
-  }
-  paintRows(out, w, h, row) { // row(source offset, destination offset): y_origin decides the order
-    const lower = this.model.get("y_origin") === "lower";
-    for (let r = 0; r < h; r++) row(r * w, (lower ? h - 1 - r : r) * w);
+    const out = layer.rgba, idx = layer.idx, n = layer.w * layer.h;
+    for (let i = 0; i < n; i++) out[i] = lut[idx[i]];
   }
   // channels: an additive blend of each channel's colour ramp (or RGB(A) as it is)
   // (tsexplore.ui._frames.composite_rgba is the same arithmetic)
   composite(layer) {
-    const n = layer.nch, w = layer.w, h = layer.h, plane = w * h, idx = layer.idx;
+    const n = layer.nch, plane = layer.w * layer.h, idx = layer.idx;
     const on = this.model.get("channel_on") || [], colours = this.model.get("channel_colors") || [];
-    const rgba = new Uint8ClampedArray(layer.img.data.buffer);
+    const rgba = new Uint8ClampedArray(layer.rgba.buffer, 0, plane * 4);
     const acc = new Uint16Array(plane * 3);
     if (this.model.get("rgb")) {
       for (let k = 0; k < Math.min(n, 3); k++) {
@@ -281,14 +370,11 @@ class State {
       }
     }
     const alpha = this.model.get("rgb") && n > 3 && on[3] !== false ? 3 * plane : -1;
-    this.paintRows(null, w, h, (s, d) => {
-      for (let c = 0; c < w; c++) {
-        const i = s + c, o = (d + c) * 4;
-        rgba[o] = acc[i * 3]; rgba[o + 1] = acc[i * 3 + 1]; rgba[o + 2] = acc[i * 3 + 2];
-        rgba[o + 3] = alpha >= 0 ? idx[alpha + i] : 255;
-      }
-    });
-    layer.canvas.getContext("2d").putImageData(layer.img, 0, 0);
+    for (let i = 0; i < plane; i++) {
+      const o = i * 4;
+      rgba[o] = acc[i * 3]; rgba[o + 1] = acc[i * 3 + 1]; rgba[o + 2] = acc[i * 3 + 2];
+      rgba[o + 3] = alpha >= 0 ? idx[alpha + i] : 255;
+    }
   }
   recolour() {
     for (const l of [this.base, ...this.layers]) if (l) this.colour(l);
@@ -353,12 +439,30 @@ class View {
     }
     this.chips = make("span", "tse-canvas-chips"); this.rangeRow.append(this.chips);
     el.append(this.canvas, this.bar, this.sliderRow, this.histRow, this.rangeRow, this.info);
+    this.theme = readTheme(el);
+    this.unwatch = watchTheme(() => this.themeChanged());
     this.buildSlider();
     this.listen();
     this.listenHist();
     this.draw();
-    // a view made after frames came shows them: say so once it is in the page
-    if (state.last) requestAnimationFrame(() => this.draw(state.last));
+    // once in the page (its colours are known then): draw again, tell the kernel the theme;
+    // a view made after frames came shows them
+    requestAnimationFrame(() => { this.themeChanged(true); if (state.last) this.draw(state.last); });
+  }
+  themeChanged(force = false) {
+    if (this.takeTheme(force)) this.draw();
+  }
+  // read the page's colours where the view is shown (a detached element has none); tell the
+  // kernel; whether they changed
+  takeTheme(force = false) {
+    if (!this.el.isConnected) return false;
+    this.themeKnown = true;
+    const t = readTheme(this.el), text = JSON.stringify(t);
+    if (!force && text === JSON.stringify(this.theme)) return false;
+    this.theme = t;
+    this.el.dataset.theme = t.dark ? "dark" : "light";
+    this.s.sendTheme(t);
+    return true;
   }
 
   listen() {
@@ -398,7 +502,7 @@ class View {
     // keys: the canvas's own, and none reaches JupyterLab's command-mode shortcuts
     this.el.addEventListener("keydown", (e) => {
       e.stopPropagation();
-      const { w, h } = s.box();
+      const { w, h } = s.box(), M = s.margins();
       const k = e.key, slider = (s.model.get("slider") || {}).size;
       const onRange = e.target && e.target.type === "range";
       if (onRange && (k === "ArrowLeft" || k === "ArrowRight" || k === "Home" || k === "End")) return; // native
@@ -453,13 +557,15 @@ class View {
     const hist = s.hist, r = this.histSpan(), k = s.active;
     this.histRow.style.display = hist ? "" : "none";
     this.rangeRow.style.display = hist ? "" : "none";
+    this.histRow.style.paddingLeft = this.rangeRow.style.paddingLeft = `${s.margins().left}px`;
     if (!hist || !r) return;
     if (c.width !== Math.round(w * dpr)) { c.width = Math.round(w * dpr); c.style.width = `${w}px`; }
     if (c.height !== Math.round(H * dpr)) { c.height = Math.round(H * dpr); c.style.height = `${H}px`; }
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0); g.clearRect(0, 0, w, H);
+    g.fillStyle = css(this.theme.bg2); g.fillRect(0, 0, w, H);
     const bins = hist.bytes.subarray(k * 256, (k + 1) * 256), n = bins.length || 1;
-    const colour = s.nch() > 1 ? ((s.model.get("channel_colors") || [])[k] || "#888888") : "#7f7f7f";
+    const colour = s.nch() > 1 ? ((s.model.get("channel_colors") || [])[k] || "#888888") : css(this.theme.fg2);
     g.fillStyle = colour; g.globalAlpha = 0.8;
     for (let b = 0; b < n; b++) {
       const bh = bins[b] / 255 * (H - 4);
@@ -522,23 +628,32 @@ class View {
     g.save(); g.strokeStyle = "#ffdd00"; g.lineWidth = 1.5; g.setLineDash([5, 3]);
     g.strokeRect(x0, Math.min(ya, yb), x1 - x0, Math.abs(yb - ya)); g.restore();
   }
+  // the crosshair of linked orthogonal planes: a line through the centre of each pixel given
+  crossLines(g, w, h) {
+    const c = this.s.model.get("crosshair") || {}, M = this.s.margins();
+    if (c.x == null && c.y == null) return;
+    g.save(); g.strokeStyle = "rgba(255, 221, 0, 0.9)"; g.lineWidth = 1; g.setLineDash([4, 3]);
+    if (c.x != null) { const px = this.sx(c.x); g.beginPath(); g.moveTo(px, M.top); g.lineTo(px, M.top + h); g.stroke(); }
+    if (c.y != null) { const py = this.sy(c.y); g.beginPath(); g.moveTo(M.left, py); g.lineTo(M.left + w, py); g.stroke(); }
+    g.restore();
+  }
 
-  lower() { return this.s.model.get("y_origin") === "lower"; }
+  lower() { return this.s.lower(); }
   inPlot(e) {
-    const { w, h } = this.s.box();
+    const { w, h } = this.s.box(), M = this.s.margins();
     return e.offsetX >= M.left && e.offsetX < M.left + w && e.offsetY >= M.top && e.offsetY < M.top + h;
   }
   toData(px, py) {
-    const v = this.s.view, { w, h } = this.s.box();
+    const v = this.s.view, { w, h } = this.s.box(), M = this.s.margins();
     const x = v.x0 + (px - M.left) / w * (v.x1 - v.x0);
     const f = (py - M.top) / h;
     const y = this.lower() ? v.y1 - f * (v.y1 - v.y0) : v.y0 + f * (v.y1 - v.y0);
     return { x, y };
   }
-  sx(x) { const v = this.s.view; return M.left + (x - v.x0) / (v.x1 - v.x0) * this.s.box().w; }
+  sx(x) { const v = this.s.view; return this.s.margins().left + (x - v.x0) / (v.x1 - v.x0) * this.s.box().w; }
   sy(y) {
     const v = this.s.view, h = this.s.box().h;
-    return M.top + (this.lower() ? (v.y1 - y) : (y - v.y0)) / (v.y1 - v.y0) * h;
+    return this.s.margins().top + (this.lower() ? (v.y1 - y) : (y - v.y0)) / (v.y1 - v.y0) * h;
   }
   pan(dx, dy, v = this.s.view) { // move the view by (dx, dy) screen pixels from view v
     const s = this.s, { w, h } = s.box();
@@ -554,11 +669,17 @@ class View {
   }
 
   // -- drawing ------------------------------------------------------------------------------
+  // the canvas's size in CSS pixels (tsexplore.ui._render.canvas_size is the same rule)
+  size() {
+    const s = this.s, { w, h } = s.box(), M = s.margins();
+    return { cw: w + M.left + M.right + s.bars().length * M.colorbar, ch: h + M.top + M.bottom };
+  }
   draw(msg) {
     const s = this.s;
+    if (!this.themeKnown) this.takeTheme(true);
     if (!s.view) s.resetView(false);
-    const { w, h } = s.box(), dpr = window.devicePixelRatio || 1;
-    const cw = w + M.left + M.right, ch = h + M.top + M.bottom;
+    const { w, h } = s.box(), dpr = window.devicePixelRatio || 1, M = s.margins();
+    const { cw, ch } = this.size();
     const c = this.canvas;
     if (c.width !== Math.round(cw * dpr) || c.height !== Math.round(ch * dpr)) {
       c.width = Math.round(cw * dpr); c.height = Math.round(ch * dpr);
@@ -566,20 +687,21 @@ class View {
       this.el.style.width = `${cw}px`; // the text rows below never widen the widget
     }
     const g = c.getContext("2d");
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, cw, ch);
-    g.save();
-    g.beginPath(); g.rect(M.left, M.top, w, h); g.clip();
-    g.imageSmoothingEnabled = false;
-    for (const l of [s.base, ...s.layers]) {
-      if (!l) continue;
-      const e = l.extent, x0 = this.sx(e.x0), x1 = this.sx(e.x1);
-      const ya = this.sy(e.y0), yb = this.sy(e.y1);
-      g.drawImage(l.canvas, x0, Math.min(ya, yb), x1 - x0, Math.abs(yb - ya));
+    g.setTransform(1, 0, 0, 1, 0, 0);
+    g.fillStyle = css(this.theme.bg); g.fillRect(0, 0, c.width, c.height);
+    const poster = !s.base && !s.layers.length && this.drawPoster(g);
+    if (!poster) {
+      this.drawPlot(g, w, h, dpr);
+      this.drawBars(g, w, h, dpr);
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.save();
+      g.beginPath(); g.rect(M.left, M.top, w, h); g.clip();
+      this.crossLines(g, w, h);
+      this.roiRect(g);
+      g.restore();
+      this.axes(g, w, h);
     }
-    this.roiRect(g);
-    g.restore();
-    this.axes(g, w, h);
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
     if (msg) this.histLater(); // a new frame: its image first, its histogram after
     else { this.drawHist(); this.buildChips(); } // a handle dragged, a channel picked: at once
     this.el.dataset.plot = `${M.left},${M.top},${w},${h}`;
@@ -590,12 +712,97 @@ class View {
                                        mode: last.mode || "replace", final: last.final === false ? "0" : "1" });
       if (this.info.textContent !== (last.info || "")) this.info.textContent = last.info || "";
     }
+    this.el.dataset.labels = s.labelsShown() ? String(s.labels.gen) : "";
     if (msg) this.el.dispatchEvent(new CustomEvent("tse-paint", { detail: msg, bubbles: true }));
+  }
+  // The picture saved with the notebook (the kernel's last snapshot), shown until frames come:
+  // a notebook reopened without a kernel still shows its image.
+  drawPoster(g) {
+    const png = bytesOf(this.s.model.get("poster"));
+    if (!png.byteLength) return false;
+    if (this.posterBytes !== png.byteLength) {
+      this.posterBytes = png.byteLength; this.posterBmp = null;
+      createImageBitmap(new Blob([png], { type: "image/png" })).then((b) => { this.posterBmp = b; this.draw(); });
+    }
+    if (this.posterBmp) g.drawImage(this.posterBmp, 0, 0, this.posterBmp.width * (window.devicePixelRatio || 1),
+                                    this.posterBmp.height * (window.devicePixelRatio || 1));
+    return true;
+  }
+  // The plot area, screen pixel by screen pixel: each takes the layer pixel under its centre
+  // (base first, then the frames and tiles in order), then the labels blended over it
+  // (tsexplore.ui._render.plot_pixels is the same arithmetic).
+  drawPlot(g, w, h, dpr) {
+    const s = this.s, M = s.margins(), v = s.view;
+    const W = Math.max(1, Math.round(w * dpr)), H = Math.max(1, Math.round(h * dpr));
+    if (!this.plot || this.plot.width !== W || this.plot.height !== H) {
+      this.plot = new ImageData(W, H);
+      this.cols = new Int32Array(W); this.rows = new Int32Array(H);
+    }
+    const out = new Uint32Array(this.plot.data.buffer);
+    out.fill(u32(this.theme.bg));
+    const xs = centres(v.x0, v.x1, W, false), ys = centres(v.y0, v.y1, H, this.lower());
+    const cols = this.cols, rows = this.rows;
+    for (const l of [s.base, ...s.layers]) {
+      if (!l || !l.rgba) continue;
+      const e = l.extent, src = l.rgba;
+      lookup(xs, e.x0, e.x1, l.w, cols); lookup(ys, e.y0, e.y1, l.h, rows);
+      let c0 = 0, c1 = W;
+      while (c0 < W && cols[c0] < 0) c0++;
+      while (c1 > c0 && cols[c1 - 1] < 0) c1--;
+      if (c0 >= c1) continue;
+      let run = true; // one screen pixel per layer pixel across: rows are copied whole
+      for (let k = c0 + 1; k < c1 && run; k++) run = cols[k] === cols[k - 1] + 1;
+      for (let r = 0; r < H; r++) {
+        const row = rows[r];
+        if (row < 0) continue;
+        const so = row * l.w, d = r * W;
+        if (run) out.set(src.subarray(so + cols[c0], so + cols[c0] + c1 - c0), d + c0);
+        else for (let k = c0; k < c1; k++) out[d + k] = src[so + cols[k]];
+      }
+    }
+    const L = s.labelsShown(), a = Math.floor((s.model.get("label_opacity") ?? 0.5) * 255 + 0.5);
+    if (L && a > 0) {
+      const e = L.extent, bytes = new Uint8Array(this.plot.data.buffer);
+      lookup(xs, e.x0, e.x1, L.w, cols); lookup(ys, e.y0, e.y1, L.h, rows);
+      for (let r = 0; r < H; r++) {
+        const row = rows[r];
+        if (row < 0) continue;
+        for (let k = 0; k < W; k++) {
+          if (cols[k] < 0) continue;
+          const t = L.idx[row * L.w + cols[k]], lc = L.colours[t];
+          if (!lc) continue;
+          const o = (r * W + k) * 4;
+          bytes[o] = (bytes[o] * (255 - a) + (lc & 255) * a + 127) / 255 | 0;
+          bytes[o + 1] = (bytes[o + 1] * (255 - a) + ((lc >>> 8) & 255) * a + 127) / 255 | 0;
+          bytes[o + 2] = (bytes[o + 2] * (255 - a) + ((lc >>> 16) & 255) * a + 127) / 255 | 0;
+        }
+      }
+    }
+    g.putImageData(this.plot, Math.round(M.left * dpr), Math.round(M.top * dpr));
+  }
+  // One colour bar per visible channel right of the plot, over the range in use: row r of the
+  // bar (top first) shows colour index 1 + round((1 - (r + 0.5) / rows) * 254)
+  // (tsexplore.ui._render.bar_pixels is the same arithmetic)
+  drawBars(g, w, h, dpr) {
+    const s = this.s, M = s.margins(), bars = s.bars();
+    if (!bars.length) return;
+    const BW = Math.max(1, Math.round(12 * dpr)), BH = Math.max(1, Math.round(h * dpr));
+    const img = new ImageData(BW, BH), out = new Uint32Array(img.data.buffer);
+    const colours = s.model.get("channel_colors") || [];
+    bars.forEach((k, j) => {
+      const table = s.nch() > 1 ? ramp(colours[k] || "#ffffff") : s.palette();
+      if (!table) return;
+      for (let r = 0; r < BH; r++) {
+        const t = 1 - (r + 0.5) / BH, c = table[1 + Math.floor(t * 254 + 0.5)];
+        out.fill(c, r * BW, (r + 1) * BW);
+      }
+      g.putImageData(img, Math.round((M.left + w + 12 + j * M.colorbar) * dpr), Math.round(M.top * dpr));
+    });
   }
 
   axes(g, w, h) {
-    const s = this.s, v = s.view;
-    g.strokeStyle = "#444"; g.fillStyle = "#222"; g.lineWidth = 1;
+    const s = this.s, v = s.view, M = s.margins(), th = this.theme;
+    g.strokeStyle = css(th.fg2); g.fillStyle = css(th.fg); g.lineWidth = 1;
     g.strokeRect(M.left - 0.5, M.top - 0.5, w + 1, h + 1);
     g.font = "11px sans-serif";
     const ax = s.model.get("x_axis") || {}, ay = s.model.get("y_axis") || {};
@@ -615,9 +822,31 @@ class View {
     g.fillText(this.axisName(ax), M.left + w / 2, M.top + h + M.bottom);
     g.save(); g.translate(12, M.top + h / 2); g.rotate(-Math.PI / 2);
     g.textBaseline = "middle"; g.fillText(this.axisName(ay), 0, 0); g.restore();
+    this.barAxes(g, w, h);
     g.textAlign = "left"; g.textBaseline = "middle"; g.font = "12px sans-serif";
     const title = (s.last && s.last.label) || s.model.get("title") || "";
     g.fillText(title, M.left, M.top / 2);
+  }
+  // each colour bar's frame, ticks in the variable's units, and its name
+  barAxes(g, w, h) {
+    const s = this.s, M = s.margins(), va = s.model.get("value_axis") || {};
+    const names = s.model.get("channel_names") || [];
+    s.bars().forEach((k, j) => {
+      const x = M.left + w + 12 + j * M.colorbar, rng = s.inUse(k);
+      g.strokeRect(x - 0.5, M.top - 0.5, 13, h + 1);
+      g.textAlign = "left"; g.textBaseline = "middle"; g.font = "11px sans-serif";
+      if (rng && rng[1] > rng[0]) {
+        for (const [val, text] of valueTicks(rng[0], rng[1], Math.max(2, h / 50))) {
+          const py = M.top + (1 - (val - rng[0]) / (rng[1] - rng[0])) * h;
+          g.beginPath(); g.moveTo(x + 12, py); g.lineTo(x + 16, py); g.stroke();
+          g.fillText(text, x + 18, py);
+        }
+      }
+      const name = s.nch() > 1 ? (names[k] ?? `${k}`) : (va.label || "");
+      const label = va.units ? (name ? `${name} (${va.units})` : va.units) : name;
+      g.save(); g.translate(x + M.colorbar - 8, M.top + h / 2); g.rotate(-Math.PI / 2);
+      g.textAlign = "center"; g.textBaseline = "middle"; g.fillText(label, 0, 0); g.restore();
+    });
   }
   axisName(a) { return a.units ? `${a.dim} (${a.units})` : (a.dim || ""); }
   // [index position, label] pairs for the visible index range lo..hi (edges)
@@ -642,6 +871,13 @@ class View {
   pick(e) {
     const s = this.s, { x, y } = this.toData(e.offsetX, e.offsetY);
     const ix = Math.round(x), iy = Math.round(y);
+    let label = null;
+    const L = s.labelsShown();
+    if (L && x >= L.extent.x0 && x < L.extent.x1 && y >= L.extent.y0 && y < L.extent.y1) {
+      const col = Math.min(L.w - 1, Math.floor((x - L.extent.x0) / (L.extent.x1 - L.extent.x0) * L.w));
+      const row = Math.min(L.h - 1, Math.floor((y - L.extent.y0) / (L.extent.y1 - L.extent.y0) * L.h));
+      label = L.table[L.idx[row * L.w + col]];
+    }
     for (const l of [...s.layers].reverse().concat(s.base ? [s.base] : [])) {
       const ex = l.extent;
       if (x < ex.x0 || x >= ex.x1 || y < ex.y0 || y >= ex.y1) continue;
@@ -651,9 +887,9 @@ class View {
       const val = (c) => { const k = at(c), cl = l.clims[c]; return k === 0 ? NaN : cl[0] + (k - 1) * (cl[1] - cl[0]) / 254; };
       const k = at(0), value = val(0);
       const values = l.nch > 1 ? [...Array(l.nch).keys()].map((c) => (s.model.get("rgb") ? at(c) : val(c))) : null;
-      return { ix, iy, x, y, index: k, value, values };
+      return { ix, iy, x, y, index: k, value, values, label };
     }
-    return { ix, iy, x, y, index: null, value: null };
+    return { ix, iy, x, y, index: null, value: null, label };
   }
   label(a, i) {
     if (a.labels) return i >= 0 && i < a.labels.length ? String(a.labels[i]) : `${i}`;
@@ -664,8 +900,10 @@ class View {
     const s = this.s, p = this.pick(e), ax = s.model.get("x_axis") || {}, ay = s.model.get("y_axis") || {};
     const val = p.values ? ` · values ≈ ${p.values.map(fmt).join(", ")}`
       : p.index == null ? "" : p.index === 0 ? " · NaN" : ` · value ≈ ${fmt(p.value)}`;
+    const lab = p.label == null ? "" : p.label === 0 ? " · no label" : ` · label ${p.label}`;
     this.readout.textContent = `${ax.dim || "x"}=${this.label(ax, p.ix)} [${p.ix}] · ` +
-      `${ay.dim || "y"}=${this.label(ay, p.iy)} [${p.iy}]${val}`;
+      `${ay.dim || "y"}=${this.label(ay, p.iy)} [${p.iy}]${lab}${val}`;
+    this.el.dataset.hoverLabel = p.label == null ? "" : String(p.label);
     this.hovered = p;
     if (s.model.get("hover_exact")) {
       clearTimeout(this.hoverTimer);
@@ -685,6 +923,7 @@ class View {
   buildSlider() {
     const s = this.s, cfg = s.model.get("slider") || {};
     this.sliderRow.replaceChildren();
+    this.sliderRow.style.paddingLeft = `${s.margins().left}px`;
     this.range = null;
     if (!cfg.size) return;
     this.play = make("button", "tse-canvas-play");
@@ -723,6 +962,6 @@ export default {
     const s = stateOf(model), v = new View(s, el);
     s.views.add(v);
     (window.__tse_canvases ??= new Set()).add(s);
-    return () => { s.views.delete(v); };
+    return () => { s.views.delete(v); v.unwatch(); };
   },
 };
