@@ -170,8 +170,8 @@ def test_a_projection_fills_in_tile_by_tile_and_stops_when_the_view_moves():
         assert ex.projection is not None and ex.projection.op == "mean"
         np.testing.assert_allclose(ex.projection.result(timeout=120).values, truth.astype(np.float64).mean(axis=0),
                                    rtol=1e-6)
-    with pytest.raises(ConfigError, match="op in"):
-        tse.explore(ds, stats=False).project("median")
+    with tse.explore(ds, stats=False) as ex, pytest.raises(ConfigError, match="op in"):
+        ex.project("median")
 
 
 # -- a saved view -------------------------------------------------------------------------------------
