@@ -1,34 +1,28 @@
 """The read pipeline: every read of every source goes through :func:`execute`.
 
-A batch of reads of one source (one read, or the inner chunks of one shard the read table
-batched) takes the same stages whatever they ask for (a whole chunk, a box of it by blosc
-blocks, its stored bytes) and wherever the bytes are (a local file, an object store, a zarr
-``Store``, the cache's encoded tier, or a source that reads itself):
+A batch of reads of one source (one read, or inner chunks of one shard the read table
+batched) takes the same stages whatever it asks for (a whole chunk, a box of it by blosc
+blocks, its stored bytes) and wherever the bytes are (a file, an object store, a zarr
+``Store``, the encoded tier, a source that reads itself):
 
-1. **locate** -- where each request's bytes are (:meth:`~tsexplore.sources.base.ChunkSource.locate`):
-   a stored frame the encoded tier holds (no I/O); else an object of the source's byte store,
-   whole or by byte ranges, once the auxiliary entry that says where (a shard's index, a blosc
-   head) is known -- a first round of fetches reads and parses those that are not held, and the
-   encoded tier keeps them;
-2. **fetch** -- the bytes, through the store's one interface (``get_ranges``: several ranges of
-   one object in one call, coalesced by the store); a source that reads itself reads here;
-3. **decode** -- into a recycled buffer (:mod:`tsexplore.sources.buffers`), on the read
-   threads free at the time;
-4. **check** -- an absent chunk is filled with the fill value (``missing="fill"``, counted as
-   ``missing_filled``) or raises ``MissingChunkError``; the shape is checked against the grid
-   (or the box) and the dtype cast to the source's; every failure becomes a
-   :class:`~tsexplore.errors.ChunkReadError` naming the source and the chunk: the one place
-   that names it;
-5. **record** -- bytes moved and decoded, the read's latency (statistics, the source's link
-   model); stored bytes go to the encoded tier. The caller keeps decoded values and hands
-   them to the waiters.
+1. **locate** -- where each request's bytes are: a stored frame the encoded tier holds, else
+   what the source says (:meth:`~tsexplore.sources.base.ChunkSource.locate`), once the
+   auxiliary entries that say it (a shard's index, a blosc head) are read, parsed and kept --
+   one read of each, whichever batch asks first;
+2. **fetch** -- through the store's one interface (``get_ranges``, ranges coalesced by the
+   store); a source that reads itself reads here;
+3. **decode** -- into recycled buffers, on the read threads free at the time;
+4. **check** -- an absent chunk is filled (``missing="fill"``, counted) or raises
+   ``MissingChunkError``; shape and dtype are checked against the grid or box; every failure
+   becomes a :class:`~tsexplore.errors.ChunkReadError` naming the source and the chunk;
+5. **record** -- bytes moved and decoded, latency (statistics, the source's link model);
+   stored bytes go to the encoded tier; the caller keeps decoded values.
 
-:func:`execute` is a generator: it yields what it does not do itself -- a :class:`Fetch`, the
-:class:`Work` of decoding (or of a source reading itself), the :class:`Await` of a source that
-reads on an event loop -- and two drivers carry those out: :func:`run_on_loop` (the I/O loop's
-task: awaits the fetches, decodes on read threads) and :func:`run_here` (the calling thread:
-blocking fetches, decoding shared with the read threads free meanwhile; for local stores, for
-the parts of local chunks a reader waits for, and for nested reads).
+:func:`execute` is a generator that yields what it does not do itself -- :class:`Fetch`,
+:class:`Work` (decoding, or a source reading itself), :class:`Wait` -- and two drivers carry
+them out: :func:`run_on_loop` (the I/O loop's task: awaits fetches, decodes on read threads)
+and :func:`run_here` (the calling thread: blocking fetches, decoding shared with the read
+threads free meanwhile).
 """
 
 from __future__ import annotations
@@ -80,7 +74,6 @@ class Job:
     absent: bool = False  # the store has no such chunk
     moved: int = 0  # bytes moved from the store
     decoded: int = 0  # bytes decoded
-    seconds: float = 0.0
 
     @property
     def pending(self) -> bool:
@@ -138,11 +131,13 @@ class Fetch:
 
 @dataclass(slots=True)
 class Work:
-    """Op: ``fn(job)`` for every job, on the read threads free (``fn`` records its own
-    failures in the job)."""
+    """Op: ``fn(job)`` for every job (it records its own failures in the job): on the read
+    threads free, or, ``awaits``, as coroutines on the loop ``home`` (None: the engine's)."""
 
-    fn: Callable[[Job], None]
+    fn: Callable[[Job], Any]
     jobs: list[Job]
+    awaits: bool = False
+    home: str | None = None
 
 
 @dataclass(slots=True)
@@ -152,16 +147,7 @@ class Wait:
     futures: list[cf.Future]
 
 
-@dataclass(slots=True)
-class Await:
-    """Op: ``await fn(job)`` for every job, on the loop ``home`` (None: the engine's)."""
-
-    fn: Callable[[Job], Any]
-    jobs: list[Job]
-    home: str | None = None
-
-
-Op = Fetch | Work | Wait | Await
+Op = Fetch | Work | Wait
 
 
 @dataclass
@@ -217,7 +203,7 @@ def execute(source: ChunkSource, requests: Sequence[ChunkRequest], services: Ser
     if selfs:
         if source.awaits:
             ctx = services.context
-            yield Await(lambda job: _read_async(source, job, ctx), selfs, source.home)
+            yield Work(lambda job: _read_async(source, job, ctx), selfs, True, source.home)
         else:
             yield Work(lambda job: _read_sync(source, job), selfs)
     groups: dict[str, FetchGroup] = {}
@@ -440,7 +426,6 @@ def _check(source: ChunkSource, job: Job, services: Services, seconds: float) ->
         return
     if job.value is STORED:
         job.value = None
-    job.seconds = seconds
     stats.record_read(job.moved, job.decoded, seconds)
     services.context.link(source).read_done(seconds)
 
@@ -488,13 +473,13 @@ async def run_on_loop(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: Engi
             elif isinstance(op, Fetch):
                 store = op.store
                 await asyncio.gather(*(_fetch_async(store, g, io, ctx) for g in op.groups))
+            elif isinstance(op, Work) and op.awaits:
+                await _await_all(io, op)
             elif isinstance(op, Work):
                 await asyncio.gather(*(io.to_thread(_run_all, op.fn, part)
                                        for part in _split(op.jobs, io.cpus)))
-            elif isinstance(op, Wait):
-                await asyncio.wait([asyncio.wrap_future(f) for f in op.futures], timeout=ctx.settings.wait_timeout)
             else:
-                await asyncio.gather(*(io.at_home(op.home, op.fn(job)) for job in op.jobs))
+                await asyncio.wait([asyncio.wrap_future(f) for f in op.futures], timeout=ctx.settings.wait_timeout)
             op = gen.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
@@ -527,12 +512,12 @@ def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext
                 else:
                     for group, bufs in zip(op.groups, got):
                         group.deliver(bufs)
+            elif isinstance(op, Work) and op.awaits:
+                io.run_coroutine(_await_all(io, op), timeout)
             elif isinstance(op, Work):
                 io.share(_split(op.jobs, io.cpus), lambda part, fn=op.fn: _run_all(fn, part), timeout)
-            elif isinstance(op, Wait):
-                cf.wait(op.futures, timeout)
             else:
-                io.run_coroutine(_await_all(io, op), timeout)
+                cf.wait(op.futures, timeout)
             op = gen.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
@@ -554,7 +539,7 @@ async def _at_home_all(io: IOLoop, store: Any, requests: list[Any], ctx: EngineC
     return list(await asyncio.gather(*(io.at_home(store.home, store.get_ranges(k, r, ctx)) for k, r in requests)))
 
 
-async def _await_all(io: IOLoop, op: Await) -> None:
+async def _await_all(io: IOLoop, op: Work) -> None:
     await asyncio.gather(*(io.at_home(op.home, op.fn(job)) for job in op.jobs))
 
 

@@ -2,10 +2,10 @@
 
 - *momentum*: the last reads moved one way along one axis -> read ahead along it: velocity x
   (2 x a slab's read latency + 0.1 s) + one chunk, within half the cache headroom and
-  ``max_slabs``. A remote store whose views read parts of chunks gets the next *views* as
-  parts (at most ``max_views``) and the slabs ahead as stored bytes; otherwise the chunks of
-  the slabs ahead are read whole. A steady pattern releases the chunks it has passed from the
-  decoded tier (:meth:`Prefetcher._release_passed`).
+  ``max_slabs`` (``max_local_slabs`` for local stores). A remote store whose views read parts
+  of chunks gets the next *views* as parts (at most ``max_views``) and the slabs ahead as
+  stored bytes; otherwise the chunks of the slabs ahead are read whole. A steady pattern
+  releases the chunks it has passed from the decoded tier (:meth:`Prefetcher._release_passed`).
 - *neighbourhood*: the view moved along two or more axes (pan / zoom) -> the ring of chunks
   around the visible chunk box on the moving axes.
 - *plan*: reductions and loaders announce their order through ``Engine.stream`` (PLANNED).
@@ -241,7 +241,10 @@ def _kept(reads: list[tuple[ChunkSource, SelectionPlan, float]]) -> list[tuple[s
 class Prefetcher:
     """Watches VISIBLE reads per source and queues SPECULATIVE ones."""
 
+    #: slabs read ahead at most: a remote store's, a local one's (its reads take milliseconds;
+    #: each slab ahead is decoded memory the view does not need yet)
     max_slabs = 4
+    max_local_slabs = 2
     min_chunks_ahead = 16
     max_views = 16
 
@@ -462,7 +465,8 @@ class Prefetcher:
         slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
         if policy in ("auto", "momentum"):
             # small slabs (one chunk per dask task) may run further ahead: up to 16 chunks
-            most = max(self.max_slabs, math.ceil(self.min_chunks_ahead / slab))
+            slabs = self.max_slabs if source.is_async else self.max_local_slabs
+            most = max(slabs, math.ceil(self.min_chunks_ahead / slab))
             slab_latency = self._engine.slab_latency(source, slab)
             found = momentum_targets(history, grid, source.chunks, slab_latency, most)
             if found is not None:

@@ -1,31 +1,19 @@
-"""Recycled output buffers for decoded chunks.
+"""Recycled buffers for decoded chunks and frames: no first touch of fresh pages per chunk.
 
-Mapping fresh memory is the dearest part of decoding a chunk on many machines: every new
-page is a fault, and under virtualisation each fault can cost microseconds (measured here:
-about 4 ms to first touch 4 MiB, more than decoding it). So decoded chunks of 256 KiB and
-more are written into buffers that are recycled once the last array viewing them is gone:
+Every new page is a fault, and under virtualisation a fault costs microseconds: first
+touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are written into
+``mmap`` buffers that are recycled once the last array viewing them is gone:
 
-- a new buffer is a plain anonymous ``mmap`` (no ``MADV_HUGEPAGE``, which NumPy asks for
-  on large blocks and which can make the kernel compact memory on first touch). It is not
-  pre-populated: ``MAP_POPULATE`` halves the cost of the first touch but holds the
-  process's memory map lock for the whole population, which stalled the reader thread's
-  own allocations (play p95 +0.7 ms, scrub -6 %);
-- a ``weakref.finalize`` on the root array returns the mapping to a free list keyed by its
-  size when the array (and every view of it, which keep it alive) is garbage;
-- the free buffers are one least-recently-returned list: it holds at most :func:`pool_limit`
-  bytes (the oldest go first to make room for a newer one), and a buffer not reused within
-  :data:`POOL_AGE` of the pool's allocations is unmapped, so the pool holds what the recent
-  reads need -- not the high-water mark of every size a long session ever saw;
-- the pool is counted inside the one cache budget: the engine tells it how much of the budget
-  its cache leaves (:func:`limit_by`), the pool never holds more than that, and the cache makes
-  room by trimming the pool (:func:`trim`) before it evicts a chunk (a chunk it evicts to make
-  room is returned while its bytes are still free, so a full cache's next decode reuses it);
-- sizes are rounded up to a size class (:func:`size_class`: four per power of two, so at most
-  a quarter more, and the pages beyond what is written are never touched), so frames whose
-  size changes with every pan and zoom share a few buffers instead of each filling the pool
-  with a size that never comes back.
-
-Nothing is ever handed out twice: a buffer returns to the pool only when no array can see it.
+- a new buffer is a plain anonymous mapping, not pre-populated and without
+  ``MADV_HUGEPAGE`` (on first touch the kernel could compact memory);
+- a ``weakref.finalize`` on the root array returns it to a free list when the array and
+  every view of it are garbage: nothing is handed out twice;
+- the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
+  buffer not reused within :data:`POOL_AGE` of the pool's allocations;
+- it counts inside the one cache budget: the engine says what the budget leaves
+  (:func:`limit_by`) and the cache trims it (:func:`trim`) before evicting a chunk;
+- sizes are rounded to size classes (:func:`size_class`: four per power of two), so frames
+  whose size changes with every pan and zoom share a few buffers.
 """
 
 from __future__ import annotations
@@ -43,7 +31,7 @@ MIN_POOLED = 1 << 18
 #: the pool's limit outside a budget
 DEFAULT_LIMIT = 64 << 20
 #: a free buffer not reused within this many of the pool's allocations is unmapped
-POOL_AGE = 64
+POOL_AGE = 256
 _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
 _lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
