@@ -18,6 +18,15 @@ class UnsupportedSourceError(SourceError, TypeError):
     """The object given to ``open_dataset`` is of a kind tsexplore cannot read."""
 
 
+class SourceNotFoundError(UnsupportedSourceError, FileNotFoundError):
+    """The path or URL given names nothing (a ``FileNotFoundError``, as xarray raises)."""
+
+
+class UnknownFormatError(SourceError, ValueError):
+    """The file's signature is not one of a format tsexplore reads (a ``ValueError``, as
+    xarray's engines raise)."""
+
+
 class ChunkReadError(TsExploreError):
     """Reading one chunk failed; the message names the source and the chunk index."""
 
@@ -36,6 +45,11 @@ class MissingChunkError(ChunkReadError, KeyError):
 
 class CorruptChunkError(ChunkReadError):
     """A chunk's bytes are short, fail a checksum or decode to the wrong size."""
+
+
+class UnsupportedFilterError(ChunkReadError):
+    """A chunk is compressed with a filter that cannot be decoded here (its HDF5 plugin is
+    not installed); the message names the filter and what to install."""
 
 
 class ReadTimeoutError(ChunkReadError, TimeoutError):
