@@ -55,6 +55,17 @@ FILTER_NAMES = {
 DEFLATE, SHUFFLE, FLETCHER32, BZIP2, BLOSC, LZ4, ZSTD = 1, 2, 3, 307, 32001, 32004, 32015
 #: filters decoded here; every other one goes through HDF5's own pipeline
 NATIVE_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, BZIP2, BLOSC, LZ4, ZSTD})
+#: the parameters a user gives a filter whose ``set_local`` fills in the others when a
+#: dataset is created (the file stores them all): given those, HDF5 rebuilds the same
+#: pipeline for a dataset of the same type and chunk shape
+USER_VALUES = {
+    4: lambda v: v[:2],  # szip: options mask, pixels per block
+    5: lambda v: (),  # nbit: all computed
+    6: lambda v: v[:2],  # scaleoffset: scale type, factor
+    32001: lambda v: v[4:],  # blosc: (version, version, type size, chunk bytes) first
+    32008: lambda v: v[3:],  # bitshuffle: (version, version, element size) first
+    32026: lambda v: v[4:],  # blosc2: as blosc
+}
 #: a contiguous dataset's virtual chunks hold about this many bytes
 VIRTUAL_CHUNK_BYTES = 4 * 2**20
 #: a virtual chunk of a contiguous dataset is read as its runs up to this many, else as the
@@ -180,7 +191,7 @@ def unshuffle(buf: Any, itemsize: int, out: Any = None) -> memoryview:
     if count:
         dest[:whole].reshape(count, itemsize)[...] = src[:whole].reshape(itemsize, count).T
     dest[whole:] = src[whole:]
-    return memoryview(dest)
+    return dest.data
 
 
 def _too_big(where: str, name: str, size: int, bound: int) -> CorruptChunkError:
@@ -231,7 +242,7 @@ def _blosc(buf: memoryview, bound: int, where: str, out: Any = None) -> memoryvi
         blosc.decompress(buf, dest)
     except RuntimeError as exc:
         raise CorruptChunkError(f"{where}: blosc frame is corrupt ({exc})") from exc
-    return memoryview(dest).cast("B")
+    return memoryview(dest).cast("B")  # type: ignore[arg-type]
 
 
 def _zstd(buf: memoryview, bound: int, where: str) -> memoryview:
@@ -298,7 +309,7 @@ def _lz4(buf: memoryview, bound: int, where: str) -> memoryview:
                 raise CorruptChunkError(f"{where}: lz4 block is corrupt ({exc})") from exc
         pos += stored
         done += n
-    return memoryview(out)
+    return out.data
 
 
 @dataclass(frozen=True)
@@ -378,18 +389,39 @@ class FilterPipeline:
                 dset.read_direct(values)
             except (OSError, ValueError, RuntimeError) as exc:
                 raise CorruptChunkError(f"{where}: HDF5 cannot decode it ({exc})") from exc
-        return memoryview(values.reshape(-1).view(np.uint8))
+        return values.reshape(-1).view(np.uint8).data
+
+    def rebuilds(self) -> bool:
+        """HDF5 rebuilds this pipeline (every filter available, the same parameters) for
+        an in-memory dataset: chunks then decode through HDF5's own filters."""
+        try:
+            with _HDF5_LOCK:
+                if self not in _SCRATCH:
+                    _SCRATCH[self] = self._scratch_dataset()
+        except (UnsupportedFilterError, OSError, ValueError, RuntimeError):
+            return False
+        return True
 
     def _scratch_dataset(self) -> Any:
+        """The one chunk's dataset in an in-memory file; refused (UnsupportedFilterError)
+        when HDF5 does not rebuild the file's filter parameters exactly."""
         import h5py
 
         f = h5py.File(f"tsexplore-{uuid.uuid4().hex}.h5", "w", driver="core", backing_store=False)
         dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         dcpl.set_chunk(self.chunks)
         for filt in self.filters:
-            dcpl.set_filter(filt.id, filt.flags, filt.values)
+            user = USER_VALUES.get(filt.id, lambda v: v)(filt.values)
+            dcpl.set_filter(filt.id, filt.flags, tuple(user))
         space = h5py.h5s.create_simple(self.chunks)
         dsid = h5py.h5d.create(f.id, b"chunk", h5py.h5t.py_create(self.dtype, logical=True), space, dcpl=dcpl)
+        rebuilt = pipeline_of(dsid.get_create_plist())
+        if tuple((g.id, g.values) for g in rebuilt) != tuple((g.id, g.values) for g in self.filters):
+            f.close()
+            raise UnsupportedFilterError(
+                f"HDF5 does not rebuild the filters {[g.name for g in self.filters]} with the "
+                f"file's parameters ({self.filters} became {rebuilt}): read through h5py"
+            )
         return h5py.Dataset(dsid)
 
 
@@ -443,7 +475,8 @@ class ChunkLayout:
     def stored_chunks(self) -> int:
         """How many chunks have bytes in the file."""
         if self.layout == "chunked":
-            return int((self.offsets >= 0).sum())  # type: ignore[operator]
+            assert self.offsets is not None
+            return int(np.count_nonzero(self.offsets >= 0))
         return int(self.layout == "contiguous" and self.offset >= 0)
 
     def region(self, index: Sequence[int]) -> tuple[slice, ...]:
@@ -501,7 +534,7 @@ class ChunkLayout:
                     f"{where}: {len(memoryview(parts[0]).cast('B'))} bytes read where the file stores {stored}"
                 )
             whole = shape == self.chunks and self.dtype.isnative
-            dest = None if out is None or not whole else memoryview(out.reshape(-1).view(np.uint8))
+            dest = None if out is None or not whole else out.reshape(-1).view(np.uint8).data
             assert self.pipeline is not None
             got = self.pipeline.decode(parts[0], self.filter_mask(index), where, dest)
             if dest is not None and _same_memory(got, dest):
@@ -624,6 +657,9 @@ def read_layout(dataset: Any, grid: Any = None) -> ChunkLayout:
             for i in range(dsid.get_num_chunks()):
                 visit(dsid.get_chunk_info(i))
         pipeline = FilterPipeline(filters, dtype, chunks)
+        if not pipeline.native and not pipeline.rebuilds():
+            missing = [f.name for f in filters if f.id not in NATIVE_FILTERS]
+            return through_h5py(f"its {', '.join(missing)} filter(s) are applied by HDF5 itself")
         return ChunkLayout(path, shape, dtype, chunks, "chunked", fill, filters, offsets, sizes, masks,
                            pipeline=pipeline)
     if layout == h5py.h5d.CONTIGUOUS:

@@ -83,11 +83,10 @@ def is_url(obj: Any) -> bool:
 def _data_store_engine(obj: Any) -> str | None:
     """The engine of an already-open xarray data store (``"store"`` for a store of another
     kind; None: not a data store, or xarray's Zarr store, read as Zarr)."""
+    from xarray.backends.common import AbstractDataStore
     from xarray.backends.h5netcdf_ import H5NetCDFStore
     from xarray.backends.netCDF4_ import NetCDF4DataStore
     from xarray.backends.scipy_ import ScipyDataStore
-
-    from xarray.backends.common import AbstractDataStore
 
     for cls, engine in ((NetCDF4DataStore, "netcdf4"), (H5NetCDFStore, "h5netcdf"), (ScipyDataStore, "scipy")):
         if isinstance(obj, cls):
