@@ -22,6 +22,19 @@ class SourceNotFoundError(UnsupportedSourceError, FileNotFoundError):
     """The path or URL given names nothing (a ``FileNotFoundError``, as xarray raises)."""
 
 
+class GroupNotFoundError(SourceError, KeyError):
+    """The group asked for is not in the store (a ``KeyError``, as xarray's zarr engine
+    raises); the message lists the groups there are."""
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return str(self.args[0]) if self.args else ""
+
+
+class StoreMetadataError(SourceError, ValueError):
+    """A store's metadata cannot be read as asked (e.g. ``consolidated=True`` and none is
+    there; a ``ValueError``, as xarray's zarr engine raises)."""
+
+
 class UnknownFormatError(SourceError, ValueError):
     """The file's signature is not one of a format tsexplore reads (a ``ValueError``, as
     xarray's engines raise)."""

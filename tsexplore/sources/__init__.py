@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, SourceError, SourceNotFoundError, UnsupportedSourceError
+from ..errors import (
+    ConfigError,
+    GroupNotFoundError,
+    SourceError,
+    SourceNotFoundError,
+    StoreMetadataError,
+    UnsupportedSourceError,
+)
 from .base import (
     DEFAULT_OPTIONS,
     ChunkIndex,
@@ -372,13 +379,38 @@ def zarr_node(obj: Any, storage_options: dict[str, Any] | None, hierarchy: Hiera
         try:
             found = open_node(obj, storage_options, **kwargs)
         except Exception:  # noqa: BLE001 - xarray's own error says what is wrong
-            raise exc from None
+            raise _zarr_open_error(obj, hierarchy, exc) from exc
         if not isinstance(found[0], zarr.Array):
-            raise
+            raise _zarr_open_error(obj, hierarchy, exc) from exc
         return found
     if isinstance(obj, Store):
         return node, f"<{type(obj).__name__}>", obj
     return node, str(target), None
+
+
+def _zarr_open_error(obj: Any, hierarchy: Hierarchy, exc: Exception) -> Exception:
+    """xarray's zarr engine's error for ``obj``, also a SourceError saying what to do: a
+    missing store (``FileNotFoundError``), group (``KeyError``) or consolidated metadata
+    (``ValueError``) keeps its type; anything else passes as xarray raised it."""
+    what = obj if isinstance(obj, str) else type(obj).__name__
+    if isinstance(exc, FileNotFoundError):
+        return SourceNotFoundError(f"no Zarr store at {what!r}: {exc}")
+    if isinstance(exc, KeyError) and hierarchy.path:
+        try:
+            import zarr
+
+            children = sorted(name for name, _ in zarr.open_group(obj, mode="r").groups())
+        except Exception:  # noqa: BLE001 - the groups cannot be listed: say so
+            children = None
+        return GroupNotFoundError(
+            f"{what!r} has no group {hierarchy.path!r}; its groups are {children or 'none'}"
+        )
+    if isinstance(exc, ValueError) and hierarchy.consolidated:
+        return StoreMetadataError(
+            f"cannot open {what!r} as Zarr with consolidated metadata: {exc}. Write it with "
+            "zarr.consolidate_metadata(store), or open with consolidated=None"
+        )
+    return exc
 
 
 def _open_path(

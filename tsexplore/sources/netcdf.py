@@ -36,7 +36,6 @@ import gzip
 import io
 import os
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,6 +234,13 @@ class NetCDFInput:
         store = "the data store given" if self.engine == "store" else f"xarray's {self.engine} store over {what}"
         return f"{store}, one chunk region at a time"
 
+    @property
+    def by_range(self) -> bool:
+        """HDF5 read chunk by chunk by byte range (see :mod:`.hdf5_source`): a URL, a file
+        object or bytes, not NetCDF3, not an open data store."""
+        return self.kind in ("url", "file", "bytes") and self.engine != "scipy" and \
+            not (self.kind != "bytes" and self.engine != "h5netcdf")
+
 
 def netcdf_input(
     obj: Any, engine_kwargs: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None,
@@ -408,6 +414,11 @@ class NetCDFVariableSource(SyncChunkSource):
         if store is not None:
             store.close()
 
+    @property
+    def reader(self) -> str:
+        """How this source reads, in words."""
+        return f"{self.input.reader or f'xarray {self.engine} store'} (not by byte range)"
+
     def read_chunk_sync(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         region = self._variable()[self.chunk_slices(index)]
         data = np.array(region.values, dtype=self.dtype, copy=True)
@@ -428,25 +439,79 @@ NetCDFGroup = tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, An
 
 def _group_from_store(
     inp: NetCDFInput, store: Any, chunks: Any, options: SourceOptions, group: str | None, token: str,
-    make_source: Callable[..., Any] | None = None,
 ) -> NetCDFGroup:
     """(sources, coords, attrs, encoding) of one opened store. Coordinates (variables named
     after their dimension) and scalars are read eagerly, as ``(dims, values, attrs,
-    encoding, dtype)`` of xarray's raw store variable."""
+    encoding, dtype)`` of xarray's raw store variable; data variables become sources read
+    by byte range where the input allows it (:func:`_ranged_sources`), else through the
+    store."""
     variables, attrs = store.load()
     encoding = dict(store.get_encoding())
-    make = make_source or NetCDFVariableSource
-    sources = {}
     coords = {}
+    data = {}
     for name, var in variables.items():
         if var.dims == (name,) or var.ndim == 0:
             values = np.asarray(var.values)
             coords[name] = (var.dims, values, dict(var.attrs), dict(var.encoding), var.dtype)
         else:
-            sources[name] = make(inp, name, var, chunks, options, store, group, token)
-    if inp.reader is not None:
-        encoding["tsexplore_reader"] = inp.reader
+            data[name] = var
+    sources: dict[str, Any] = _ranged_sources(inp, store, data, chunks, options, group, token) if data else {}
+    for name, var in data.items():
+        if name not in sources:
+            sources[name] = NetCDFVariableSource(inp, name, var, chunks, options, store, group, token)
+    if inp.kind != "path":
+        readers = sorted({src.reader for src in sources.values()})
+        encoding["tsexplore_reader"] = "; ".join(readers) if readers else inp.reader
     return sources, coords, dict(attrs), encoding
+
+
+def _ranged_sources(
+    inp: NetCDFInput, store: Any, data: dict[str, Any], chunks: Any, options: SourceOptions,
+    group: str | None, token: str,
+) -> dict[str, Any]:
+    """The data variables read by byte range (:mod:`.hdf5_source`): each one whose HDF5
+    dataset's layout is read by range and holds what xarray's variable holds. The chunk
+    index of each is read here, once. A ``grid`` (``chunks``) sets the virtual grid of
+    contiguous datasets."""
+    if not inp.by_range:
+        return {}
+    from . import hdf5
+    from .hdf5_source import HDF5ChunkSource, ranged_store
+
+    found = ranged_store(inp)
+    if found is None:
+        return {}
+    byte_store, key = found
+    h5file, close = _h5py_file(inp, store)
+    out: dict[str, Any] = {}
+    try:
+        prefix = "/" + (group or "").strip("/")
+        for name, var in data.items():
+            dataset = h5file.get(f"{prefix.rstrip('/')}/{name}")
+            if dataset is None or not hasattr(dataset, "dtype"):
+                continue
+            grid = None if chunks is None or dataset.chunks else normalize_chunks(
+                chunks, tuple(var.shape), tuple(var.dims), 4 * 2**20, np.dtype(var.dtype).itemsize)
+            layout = hdf5.read_layout(dataset, grid)
+            if HDF5ChunkSource.fits(var, layout):
+                out[name] = HDF5ChunkSource(name, var, layout, byte_store, key, options, token)
+    finally:
+        if close:
+            h5file.close()
+    return out
+
+
+def _h5py_file(inp: NetCDFInput, store: Any) -> tuple[Any, bool]:
+    """The ``h5py.File`` of an input (the one inside xarray's h5netcdf store, or one opened
+    over the bytes), and whether to close it."""
+    from . import hdf5
+
+    root = getattr(getattr(store, "ds", None), "_root", None)
+    h5file = getattr(root, "_h5file", None)
+    if h5file is not None:
+        hdf5.load_plugins()
+        return h5file, False
+    return hdf5.open_file(io.BytesIO(inp.obj)), True
 
 
 @contextlib.contextmanager

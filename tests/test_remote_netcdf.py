@@ -1,0 +1,206 @@
+"""NetCDF4/HDF5 over HTTP and S3, and from file objects, read chunk by chunk by byte range
+through the engine: values equal ``engine="h5netcdf"`` on the same file, over Python's
+``http.server`` (``tsexplore.testing.http.StoreServer``) and moto's S3 server."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+
+import tsexplore as tse
+from tsexplore.errors import MissingChunkError, RemoteReadError
+from tsexplore.resolve import sources_of
+from tsexplore.sources.hdf5_source import HDF5ChunkSource
+from tsexplore.sources.netcdf import NetCDFVariableSource
+from tsexplore.testing.http import StoreServer
+
+pytestmark = pytest.mark.filterwarnings("ignore::xarray.SerializationWarning")
+
+
+def _dataset(seed: int = 0) -> xr.Dataset:
+    rng = np.random.default_rng(seed)
+    return xr.Dataset(
+        {
+            "temp": (("time", "y", "x"), rng.normal(size=(12, 20, 30)).astype("f4"), {"units": "K"}),
+            "count": (("y", "x"), rng.integers(0, 100, size=(20, 30)).astype(">i4")),
+            "flat": (("time", "x"), rng.normal(size=(12, 30))),
+            "label": ("time", np.array([f"t{i}" for i in range(12)], dtype=object)),
+        },
+        coords={"time": np.arange(12), "y": np.linspace(0, 1, 20), "x": np.arange(30.0)},
+        attrs={"title": "remote"},
+    )
+
+
+ENCODING = {
+    "temp": {"zlib": True, "complevel": 3, "shuffle": True, "chunksizes": (4, 8, 16)},
+    "count": {"zlib": True, "fletcher32": True, "chunksizes": (7, 30)},
+    "flat": {"contiguous": True},
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NetCDF4 files written by h5netcdf and netCDF4 (chunked, compressed, checksummed,
+    contiguous, a group, chunks never written) and a NetCDF3 file."""
+    root = tmp_path_factory.mktemp("remote-netcdf")
+    ds = _dataset()
+    ds.to_netcdf(root / "h5.nc", engine="h5netcdf", encoding=ENCODING)
+    ds.to_netcdf(root / "nc4.nc", engine="netcdf4", encoding=ENCODING)
+    ds.to_netcdf(root / "grouped.nc", engine="h5netcdf", encoding=ENCODING)
+    _dataset(1).to_netcdf(root / "grouped.nc", engine="h5netcdf", group="inner", mode="a")
+    sparse = xr.Dataset({"s": (("y", "x"), np.full((20, 30), np.nan, "f4"))})
+    sparse.to_netcdf(root / "sparse.nc", engine="h5netcdf",
+                     encoding={"s": {"chunksizes": (5, 5), "_FillValue": -1.0}})
+    import h5py
+
+    with h5py.File(root / "sparse.nc", "a") as f:  # a dataset with chunks never written
+        d = f.create_dataset("partial", shape=(20, 30), dtype="f4", chunks=(5, 5), fillvalue=7.0)
+        d[:5, :5] = 1.0
+    ds.drop_vars("label").to_netcdf(root / "classic.nc", engine="scipy")
+    for parent in Path(__file__).resolve().parents:  # shared/data beside the checkout, when there
+        if (parent / "shared" / "data" / "basin_mask.nc").is_file():
+            shutil.copy(parent / "shared" / "data" / "basin_mask.nc", root / "basin_mask.nc")
+            break
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(folder: Path):  # type: ignore[no-untyped-def]
+    with StoreServer(folder) as srv:
+        yield srv
+
+
+def _ranged(ds: xr.Dataset) -> dict[str, str]:
+    return {src.name: type(src).__name__ for src in sources_of(ds)}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["h5.nc", "nc4.nc", "basin_mask.nc", "sparse.nc"])
+def test_an_http_url_reads_by_range_and_equals_h5netcdf(folder: Path, server: StoreServer, name: str) -> None:
+    if not (folder / name).exists():
+        pytest.skip(f"{name} is in shared/data, which is absent here")
+    url = f"{server.url}/{name}"
+    before = len(server.requests)
+    ds = tse.open_dataset(url)
+    kinds = _ranged(ds)
+    assert kinds and all(k == "HDF5ChunkSource" for n, k in kinds.items() if n != "label"), kinds
+    assert "by byte range" in ds.encoding["tsexplore_reader"]
+    with xr.open_dataset(folder / name, engine="h5netcdf") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    ranged = [r for r in server.requests[before:] if r[2] == 206]
+    assert ranged, server.requests[before:]
+
+
+def test_only_the_chunks_a_selection_needs_are_fetched(server: StoreServer) -> None:
+    ds = tse.open_dataset(f"{server.url}/h5.nc")
+    src = next(s for s in sources_of(ds) if s.name == "temp")  # type: ignore[attr-defined]
+    assert isinstance(src, HDF5ChunkSource) and src.chunks == (4, 8, 16)
+    tse.stats()
+    before = tse.stats().range_requests
+    _ = ds.temp.isel(time=0, y=slice(0, 8), x=slice(0, 16)).values
+    assert tse.stats().range_requests - before == 1  # one chunk: one ranged GET
+    with xr.open_dataset(f"{server.url}/h5.nc", engine="h5netcdf") as ref:
+        np.testing.assert_array_equal(ds.temp[5:9].values, ref.temp[5:9].values)
+
+
+def test_chunks_never_written_read_as_the_fill_value_and_strict_mode_says_so(folder: Path, server: StoreServer) -> None:
+    url = f"{server.url}/sparse.nc"
+    before = tse.stats().missing_filled
+    ds = tse.open_dataset(url)
+    with xr.open_dataset(folder / "sparse.nc", engine="h5netcdf") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    # h5netcdf writes every chunk of s (NaNs too); of partial one chunk of 4 x 6 was written
+    assert tse.stats().missing_filled - before == 23
+    strict = tse.open_dataset(url, missing="raise")
+    np.testing.assert_array_equal(strict.partial[:5, :5].values, 1.0)
+    with pytest.raises(MissingChunkError, match=r"chunk \(1, 1\) of HDF5 dataset /partial was never written"):
+        _ = strict.partial[5:10, 5:10].values
+
+
+def test_a_group_and_a_tree_over_http(folder: Path, server: StoreServer) -> None:
+    url = f"{server.url}/grouped.nc"
+    ds = tse.open_dataset(url, group="inner")
+    assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+    with xr.open_dataset(folder / "grouped.nc", engine="h5netcdf", group="inner") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    tree = tse.open_datatree(url)
+    with xr.open_datatree(folder / "grouped.nc", engine="h5netcdf") as ref:
+        xr.testing.assert_identical(tree.load(), ref.load())
+
+
+def test_fsspec_file_objects_read_by_range_through_their_filesystem(folder: Path, server: StoreServer) -> None:
+    """``xr.open_dataset(fsspec.open(url).open(), engine=...)``, as users open remote files."""
+    with fsspec.open(f"{server.url}/h5.nc").open() as f:
+        ds = xr.open_dataset(f, engine="tsexplore")
+        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
+            xr.testing.assert_identical(ds.load(), ref.load())
+
+
+@pytest.mark.parametrize("kind", ["bytes", "memoryview", "BytesIO", "open"])
+def test_local_file_objects_and_bytes_read_by_range(folder: Path, kind: str) -> None:
+    path = folder / "nc4.nc"
+    data = path.read_bytes()
+    obj = {"bytes": data, "memoryview": memoryview(data), "BytesIO": io.BytesIO(data)}.get(kind)
+    handle = open(path, "rb") if obj is None else None
+    try:
+        ds = tse.open_dataset(obj if handle is None else handle)
+        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        with xr.open_dataset(path) as ref:  # xarray's default engine (netCDF4 wrote it)
+            xr.testing.assert_identical(ds.load(), ref.load())
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def test_a_server_error_is_retried_and_counted(server: StoreServer) -> None:
+    ds = tse.open_dataset(f"{server.url}/h5.nc")
+    with xr.open_dataset(f"{server.url}/h5.nc", engine="h5netcdf") as ref:
+        expected = ref.temp[:4, :8, :16].values
+    before = tse.stats().retries
+    server.fail("h5.nc", status=503, times=1)
+    np.testing.assert_array_equal(ds.temp[:4, :8, :16].values, expected)
+    assert tse.stats().retries - before == 1
+    server.fail("h5.nc", status=403, times=1)
+    with pytest.raises(RemoteReadError, match=r"chunk \(0, 0, 1\) of HDF5 dataset /temp"):
+        _ = ds.temp[:4, :8, 16:].values
+
+
+def test_netcdf3_over_http_equals_scipy(folder: Path, server: StoreServer) -> None:
+    ds = tse.open_dataset(f"{server.url}/classic.nc")
+    with xr.open_dataset(folder / "classic.nc", engine="scipy") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    assert ds.encoding["tsexplore_reader"]
+
+
+def test_s3_with_storage_options(folder: Path, moto_s3) -> None:  # type: ignore[no-untyped-def]
+    base = moto_s3.upload(folder, "netcdf")
+    so = moto_s3.storage_options()
+    for name in ("h5.nc", "nc4.nc"):
+        ds = tse.open_dataset(f"{base}/{name}", storage_options=so)
+        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        with xr.open_dataset(folder / name, engine="h5netcdf") as ref:
+            xr.testing.assert_identical(ds.load(), ref.load())
+        xr.testing.assert_identical(
+            xr.open_dataset(f"{base}/{name}", engine="tsexplore", storage_options=so).load(),
+            xr.open_dataset(f"{base}/{name}", engine="h5netcdf", storage_options=so).load(),
+        )
+
+
+def test_query_strings_and_chains_read_through_xarrays_store(folder: Path, server: StoreServer) -> None:
+    """What is not read by range still opens, through xarray's h5netcdf store, and says so."""
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/remote-netcdf/h5.nc", (folder / "h5.nc").read_bytes())
+    ds = tse.open_dataset("simplecache::memory://remote-netcdf/h5.nc")
+    assert set(_ranged(ds).values()) == {"NetCDFVariableSource"}
+    assert "not by byte range" in ds.encoding["tsexplore_reader"]
+    with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    queried = tse.open_dataset(f"{server.url}/h5.nc?version=1")
+    assert all(isinstance(s, NetCDFVariableSource) for s in sources_of(queried))
+    xr.testing.assert_identical(queried.load(), ds.load())
