@@ -16,8 +16,8 @@ import xarray as xr
 import tsexplore as tse
 from tsexplore.errors import MissingChunkError, RemoteReadError
 from tsexplore.resolve import sources_of
-from tsexplore.sources.hdf5_source import HDF5ChunkSource
 from tsexplore.sources.netcdf import NetCDFVariableSource
+from tsexplore.sources.ranged import RangedSource
 from tsexplore.testing.http import StoreServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::xarray.SerializationWarning")
@@ -88,7 +88,7 @@ def test_an_http_url_reads_by_range_and_equals_h5netcdf(folder: Path, server: St
     before = len(server.requests)
     ds = tse.open_dataset(url)
     kinds = _ranged(ds)
-    assert kinds and all(k == "HDF5ChunkSource" for n, k in kinds.items() if n != "label"), kinds
+    assert kinds and all(k == "RangedSource" for n, k in kinds.items() if n != "label"), kinds
     assert "by byte range" in ds.encoding["tsexplore_reader"]
     with xr.open_dataset(folder / name, engine="h5netcdf") as ref:
         xr.testing.assert_identical(ds.load(), ref.load())
@@ -99,7 +99,7 @@ def test_an_http_url_reads_by_range_and_equals_h5netcdf(folder: Path, server: St
 def test_only_the_chunks_a_selection_needs_are_fetched(server: StoreServer) -> None:
     ds = tse.open_dataset(f"{server.url}/h5.nc")
     src = next(s for s in sources_of(ds) if s.name == "temp")  # type: ignore[attr-defined]
-    assert isinstance(src, HDF5ChunkSource) and src.chunks == (4, 8, 16)
+    assert isinstance(src, RangedSource) and src.chunks == (4, 8, 16)
     tse.stats()
     before = tse.stats().range_requests
     _ = ds.temp.isel(time=0, y=slice(0, 8), x=slice(0, 16)).values
@@ -125,7 +125,7 @@ def test_chunks_never_written_read_as_the_fill_value_and_strict_mode_says_so(fol
 def test_a_group_and_a_tree_over_http(folder: Path, server: StoreServer) -> None:
     url = f"{server.url}/grouped.nc"
     ds = tse.open_dataset(url, group="inner")
-    assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+    assert _ranged(ds)["temp"] == "RangedSource"
     with xr.open_dataset(folder / "grouped.nc", engine="h5netcdf", group="inner") as ref:
         xr.testing.assert_identical(ds.load(), ref.load())
     tree = tse.open_datatree(url)
@@ -137,7 +137,7 @@ def test_fsspec_file_objects_read_by_range_through_their_filesystem(folder: Path
     """``xr.open_dataset(fsspec.open(url).open(), engine=...)``, as users open remote files."""
     with fsspec.open(f"{server.url}/h5.nc").open() as f:
         ds = xr.open_dataset(f, engine="tsexplore")
-        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        assert _ranged(ds)["temp"] == "RangedSource"
         with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
             xr.testing.assert_identical(ds.load(), ref.load())
 
@@ -150,7 +150,7 @@ def test_local_file_objects_and_bytes_read_by_range(folder: Path, kind: str) -> 
     handle = open(path, "rb") if obj is None else None
     try:
         ds = tse.open_dataset(obj if handle is None else handle)
-        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        assert _ranged(ds)["temp"] == "RangedSource"
         with xr.open_dataset(path) as ref:  # xarray's default engine (netCDF4 wrote it)
             xr.testing.assert_identical(ds.load(), ref.load())
     finally:
@@ -171,11 +171,55 @@ def test_a_server_error_is_retried_and_counted(server: StoreServer) -> None:
         _ = ds.temp[:4, :8, 16:].values
 
 
-def test_netcdf3_over_http_equals_scipy(folder: Path, server: StoreServer) -> None:
+def _netcdf3(records: list[str], seed: int = 0) -> xr.Dataset:
+    """A NetCDF3 dataset with the record (unlimited) variables ``records`` of several
+    types (bytes, shorts, chars, doubles: padded and unpadded records) and fixed ones."""
+    rng = np.random.default_rng(seed)
+    kinds = {
+        "b": (("time", "y"), rng.integers(-100, 100, size=(9, 3)).astype("i1")),
+        "s": (("time", "x"), rng.integers(-999, 999, size=(9, 5)).astype("i2")),
+        "c": (("time", "nchar"), rng.integers(97, 123, size=(9, 3)).astype("u1").view("S1")),
+        "d": (("time", "y", "x"), rng.normal(size=(9, 3, 5))),
+        "time": ("time", np.arange(9.0) * 6),
+    }
+    return xr.Dataset(
+        {name: kinds[name] for name in records} | {"fixed": (("y", "x"), rng.normal(size=(3, 5)).astype("f4"))},
+        coords={"x": np.arange(5), "y": np.arange(3.0)}, attrs={"title": "nc3"},
+    )
+
+
+@pytest.mark.parametrize("records", [["time", "b", "s", "c", "d"], ["s"], ["c"], ["b", "d"], ["time"]])
+@pytest.mark.parametrize("fmt", ["NETCDF3_64BIT", "NETCDF3_CLASSIC"])
+def test_netcdf3_is_read_by_range_of_its_records(tmp_path: Path, records: list[str], fmt: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record variables are read record by record (one record variable: its records follow
+    each other unpadded), on any grid; values equal xarray's scipy engine. Coordinates are
+    read value by value (as a long record coordinate is)."""
+    from tsexplore.sources import netcdf3
+
+    monkeypatch.setattr(netcdf3, "COORDINATE_HULL", 0)
+    path = tmp_path / "nc3.nc"
+    _netcdf3(records).to_netcdf(path, engine="scipy", format=fmt, unlimited_dims=["time"])
+    data = path.read_bytes()
+    with xr.open_dataset(path, engine="scipy") as ref:
+        expected = ref.load()
+    for grid in (None, {"time": 2, "y": 2, "x": 3, "nchar": 2}, {"time": 1}):
+        ds = tse.open_dataset(data, grid=grid)
+        assert {type(s).__name__ for s in sources_of(ds)} == {"RangedSource"}
+        xr.testing.assert_identical(ds.load(), expected)
+        np.testing.assert_array_equal(tse.open_dataset(data, grid=grid).isel(time=[7, 1, 3]).fixed, expected.fixed)
+    assert expected.encoding["unlimited_dims"] == tse.open_dataset(data).encoding["unlimited_dims"] == {"time"}
+
+
+def test_netcdf3_over_http_reads_the_header_and_records_by_range(folder: Path, server: StoreServer) -> None:
+    before = len(server.requests)
     ds = tse.open_dataset(f"{server.url}/classic.nc")
+    assert {type(s).__name__ for s in sources_of(ds)} == {"RangedSource"}
+    opened = [r for r in server.requests[before:] if r[2] == 206]
+    assert opened and len(server.requests) - before < 10  # the header, then the coordinates
     with xr.open_dataset(folder / "classic.nc", engine="scipy") as ref:
         xr.testing.assert_identical(ds.load(), ref.load())
-    assert ds.encoding["tsexplore_reader"]
+    assert "by byte range" in ds.encoding["tsexplore_reader"]
 
 
 def test_s3_with_storage_options(folder: Path, moto_s3) -> None:  # type: ignore[no-untyped-def]
@@ -183,7 +227,7 @@ def test_s3_with_storage_options(folder: Path, moto_s3) -> None:  # type: ignore
     so = moto_s3.storage_options()
     for name in ("h5.nc", "nc4.nc"):
         ds = tse.open_dataset(f"{base}/{name}", storage_options=so)
-        assert _ranged(ds)["temp"] == "HDF5ChunkSource"
+        assert _ranged(ds)["temp"] == "RangedSource"
         with xr.open_dataset(folder / name, engine="h5netcdf") as ref:
             xr.testing.assert_identical(ds.load(), ref.load())
         xr.testing.assert_identical(

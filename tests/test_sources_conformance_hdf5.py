@@ -14,7 +14,7 @@ import xarray as xr
 from test_sources_conformance import CHUNKS, DIMS, SHAPE, Case, SourceConformance, _truth
 
 import tsexplore as tse
-from tsexplore.sources.hdf5_source import HDF5ChunkSource
+from tsexplore.sources.ranged import RangedSource
 from tsexplore.testing.http import StoreServer
 from tsexplore.xarray import sources_of
 
@@ -62,7 +62,7 @@ class HDF5Conformance(SourceConformance):
     def test_read_by_range(self, ds: xr.Dataset, case: Case) -> None:
         for name in case.raw:
             (src,) = sources_of(ds[name])
-            assert isinstance(src, HDF5ChunkSource), src
+            assert isinstance(src, RangedSource), src
         (contiguous,) = sources_of(ds["c"])
         assert contiguous.layout.layout == "contiguous" and contiguous.chunks == (3, 4, 7)
 

@@ -441,7 +441,8 @@ class ChunkLayout:
     grid, offset -1 for a chunk never written), ``"contiguous"`` (``offset``, ``size``: the
     whole array in C order; ``chunks`` a virtual grid; offset -1 when never written) or
     ``"h5py"`` (read through h5py: ``why`` says why). ``dtype`` is the file's (h5py's), the
-    values come out in :attr:`out_dtype`."""
+    values come out in :attr:`out_dtype`. NetCDF3 variables are contiguous layouts too
+    (:mod:`.netcdf3`), a record variable with the record's length as its first stride."""
 
     path: str
     shape: tuple[int, ...]
@@ -457,6 +458,11 @@ class ChunkLayout:
     size: int = 0
     why: str = ""
     pipeline: FilterPipeline | None = None
+    #: contiguous layouts: the byte step along each axis (None: C order); NetCDF3 record
+    #: variables step by the whole record along their first axis
+    strides: tuple[int, ...] | None = None
+    #: what ``path`` names, for messages
+    what: str = "HDF5 dataset"
 
     @property
     def by_range(self) -> bool:
@@ -486,7 +492,7 @@ class ChunkLayout:
         return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, self.chunks, self.shape))
 
     def where(self, index: Sequence[int]) -> str:
-        return f"chunk {tuple(index)} of HDF5 dataset {self.path}"
+        return f"chunk {tuple(index)} of {self.what} {self.path}"
 
     def ranges(self, index: Sequence[int]) -> list[tuple[int, int]] | None:
         """The byte ranges ``[(start, stop), ...]`` in the file that hold chunk ``index``,
@@ -500,7 +506,8 @@ class ChunkLayout:
         if self.layout == "contiguous":
             if self.offset < 0:
                 return None
-            return [(self.offset + a, self.offset + b) for a, b in _runs(region, self.shape, self.dtype.itemsize)]
+            runs = _runs(region, self.shape, self.dtype.itemsize, self.strides)
+            return [(self.offset + a, self.offset + b) for a, b in runs]
         raise ChunkReadError(f"{self.where(index)} is read through h5py ({self.why}), not by byte range")
 
     def filter_mask(self, index: Sequence[int]) -> int:
@@ -555,7 +562,7 @@ class ChunkLayout:
                     where: str) -> np.ndarray:
         """The region's values from the bytes of its runs, or of the one range that holds
         them all (:func:`_runs`)."""
-        runs = _runs(region, self.shape, self.dtype.itemsize)
+        runs = _runs(region, self.shape, self.dtype.itemsize, self.strides)
         sizes = [len(memoryview(p).cast("B")) for p in parts]
         if sizes != [b - a for a, b in runs]:
             raise CorruptChunkError(f"{where}: {sizes} bytes read where the file stores {[b - a for a, b in runs]}")
@@ -565,8 +572,8 @@ class ChunkLayout:
         if sizes[0] == expected:
             return np.frombuffer(parts[0], self.dtype).reshape(shape)
         # one range from the region's first byte to its last: the array's own strides
-        strides = tuple(self.dtype.itemsize * math.prod(self.shape[k + 1 :]) for k in range(len(self.shape)))
         base = np.frombuffer(parts[0], self.dtype)
+        strides = self.strides or c_strides(self.shape, self.dtype.itemsize)
         return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False)
 
 
@@ -574,30 +581,43 @@ def _same_memory(a: memoryview, b: memoryview) -> bool:
     return np.shares_memory(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
 
 
-def _runs(region: tuple[slice, ...], shape: tuple[int, ...], itemsize: int) -> list[tuple[int, int]]:
-    """The byte ranges of a C-order array of ``shape`` that hold ``region``: one per run of
-    contiguous elements (a whole trailing block where the region spans those axes), or the
-    one range from the first to the last byte when there are more than :data:`MAX_RUNS`."""
+def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a C-order array of ``shape``."""
+    return tuple(itemsize * math.prod(shape[k + 1 :]) for k in range(len(shape)))
+
+
+def _runs(region: tuple[slice, ...], shape: tuple[int, ...], itemsize: int,
+          strides: Sequence[int] | None = None, max_runs: int | None = None) -> list[tuple[int, int]]:
+    """The byte ranges (relative to the array's first byte) of an array of ``shape`` laid
+    out with byte ``strides`` (default C order) that hold ``region``: one per run of
+    contiguous elements (a whole trailing block where the region spans those axes and they
+    are laid out one after the other), or the one range from the region's first byte to its
+    last when there are more than ``max_runs`` (default :data:`MAX_RUNS`)."""
+    import itertools
+
     ndim = len(shape)
     if ndim == 0:
         return [(0, itemsize)]
-    strides = [itemsize * math.prod(shape[k + 1 :]) for k in range(ndim)]
-    # the innermost axis from which on the region is whole: a run spans it and everything after
-    axis = ndim - 1
-    while axis > 0 and region[axis].start == 0 and region[axis].stop == shape[axis]:
-        axis -= 1
-    run = (region[axis].stop - region[axis].start) * strides[axis]
+    strides = tuple(strides) if strides is not None else c_strides(shape, itemsize)
+    if strides[-1] != itemsize:  # elements apart (a 1-D NetCDF3 record variable): one run each
+        axis, run = ndim, itemsize
+    else:
+        # the innermost axis a run starts at: every axis after it is whole and packed after it
+        axis = ndim - 1
+        while (axis > 0 and region[axis].start == 0 and region[axis].stop == shape[axis]
+               and strides[axis - 1] == strides[axis] * shape[axis]):
+            axis -= 1
+        run = (region[axis].stop - region[axis].start) * strides[axis]
     outer = [range(sl.start, sl.stop) for sl in region[:axis]]
     count = math.prod(len(r) for r in outer)
     first = sum(sl.start * st for sl, st in zip(region, strides))
-    if count > MAX_RUNS:
+    if count > (MAX_RUNS if max_runs is None else max_runs):
         last = sum((sl.stop - 1) * st for sl, st in zip(region, strides)) + itemsize
         return [(first, last)]
-    import itertools
-
     out = []
+    inner = region[axis].start * strides[axis] if axis < ndim else 0
     for pos in itertools.product(*outer):
-        start = sum(p * st for p, st in zip(pos, strides)) + region[axis].start * strides[axis]
+        start = sum(p * st for p, st in zip(pos, strides)) + inner
         out.append((start, start + run))
     return out
 

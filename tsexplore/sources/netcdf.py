@@ -236,10 +236,16 @@ class NetCDFInput:
 
     @property
     def by_range(self) -> bool:
-        """HDF5 read chunk by chunk by byte range (see :mod:`.hdf5_source`): a URL, a file
-        object or bytes, not NetCDF3, not an open data store."""
-        return self.kind in ("url", "file", "bytes") and self.engine != "scipy" and \
-            not (self.kind != "bytes" and self.engine != "h5netcdf")
+        """Read chunk by chunk by byte range (see :mod:`.ranged`): a URL, a file object or
+        the bytes of NetCDF3 (:mod:`.netcdf3`) or of HDF5 read by h5netcdf (bytes: by
+        netCDF4 too), where a byte store can (:func:`.ranged.ranged_store`)."""
+        from .ranged import ranged_store
+
+        if self.kind not in ("url", "file", "bytes"):
+            return False
+        if self.engine not in ("scipy", "h5netcdf") and self.kind != "bytes":
+            return False
+        return ranged_store(self) is not None
 
 
 def netcdf_input(
@@ -331,6 +337,12 @@ def open_store(inp: NetCDFInput, group: str | None = None) -> tuple[Any, bool]:
             )
         return inp.obj, False
     kwargs = dict(inp.kwargs)
+    if inp.engine == "scipy" and inp.by_range:
+        from . import netcdf3
+
+        if group is not None:
+            raise ValueError("cannot save to a group with the scipy.io.netcdf backend")  # xarray's words
+        return netcdf3.open_store(_ranged_stream(inp)), False
     if inp.engine == "scipy":
         from xarray.backends.scipy_ import ScipyDataStore, _normalize_filename_or_obj
 
@@ -346,6 +358,18 @@ def open_store(inp: NetCDFInput, group: str | None = None) -> tuple[Any, bool]:
     return H5NetCDFStore.open(_normalize_filename_or_obj(inp.obj), group=group, **kwargs), warn
 
 
+def _ranged_stream(inp: NetCDFInput) -> Any:
+    """A file object over the input that reads by range (a URL: an fsspec file reading a
+    little ahead; bytes: a ``BytesIO``; a file object: itself)."""
+    if inp.kind == "bytes":
+        return io.BytesIO(inp.obj)
+    if inp.kind == "file":
+        return inp.obj
+    from . import netcdf3
+
+    return netcdf3.ranged_file(inp.obj, inp.kwargs.get("storage_options"))
+
+
 def _stream(inp: NetCDFInput) -> Any:
     """What scipy reads: the path, bytes or file object; a URL as an fsspec file (scipy reads
     a file object's whole contents when it opens it, as xarray's scipy engine does)."""
@@ -354,6 +378,14 @@ def _stream(inp: NetCDFInput) -> Any:
     import fsspec
 
     return fsspec.open(inp.obj, "rb", **(inp.kwargs.get("storage_options") or {})).open()
+
+
+def own_grid(grid: Any, dims: tuple[str, ...]) -> Any:
+    """A ``grid`` for one variable: a dict naming the dims of several variables keeps the
+    ones this variable has (a tuple or an int is for every variable as it is)."""
+    if isinstance(grid, dict):
+        return {k: v for k, v in grid.items() if k in dims}
+    return grid
 
 
 class NetCDFVariableSource(SyncChunkSource):
@@ -385,7 +417,8 @@ class NetCDFVariableSource(SyncChunkSource):
         native = variable.encoding.get("chunksizes")
         if chunks is None and native:
             chunks = tuple(native)
-        self.chunks = normalize_chunks(chunks, self.shape, self.dims, 4 * 2**20, self.dtype.itemsize)
+        self.chunks = normalize_chunks(own_grid(chunks, self.dims), self.shape, self.dims, 4 * 2**20,
+                                       self.dtype.itemsize)
         self.attrs = dict(variable.attrs)
         self.encoding = dict(variable.encoding)
         self.fill_value = variable.attrs.get("_FillValue")
@@ -469,32 +502,41 @@ def _ranged_sources(
     inp: NetCDFInput, store: Any, data: dict[str, Any], chunks: Any, options: SourceOptions,
     group: str | None, token: str,
 ) -> dict[str, Any]:
-    """The data variables read by byte range (:mod:`.hdf5_source`): each one whose HDF5
+    """The data variables read by byte range (:mod:`.ranged`): each one whose HDF5
     dataset's layout is read by range and holds what xarray's variable holds. The chunk
     index of each is read here, once. A ``grid`` (``chunks``) sets the virtual grid of
     contiguous datasets."""
     if not inp.by_range:
         return {}
-    from . import hdf5
-    from .hdf5_source import HDF5ChunkSource, ranged_store
+    from . import hdf5, netcdf3
+    from .ranged import RangedSource, ranged_store
 
     found = ranged_store(inp)
     if found is None:
         return {}
     byte_store, key = found
-    h5file, close = _h5py_file(inp, store)
     out: dict[str, Any] = {}
+
+    def grid_of(var: Any) -> Any:
+        return None if chunks is None else normalize_chunks(
+            own_grid(chunks, tuple(var.dims)), tuple(var.shape), tuple(var.dims), 4 * 2**20, np.dtype(var.dtype).itemsize)
+
+    if inp.engine == "scipy":
+        for name, var in data.items():
+            layout = netcdf3.layout_of(store.ds, name, grid_of(var))
+            if RangedSource.fits(var, layout):
+                out[name] = RangedSource(name, var, layout, byte_store, key, options, token)
+        return out
+    h5file, close = _h5py_file(inp, store)
     try:
         prefix = "/" + (group or "").strip("/")
         for name, var in data.items():
             dataset = h5file.get(f"{prefix.rstrip('/')}/{name}")
             if dataset is None or not hasattr(dataset, "dtype"):
                 continue
-            grid = None if chunks is None or dataset.chunks else normalize_chunks(
-                chunks, tuple(var.shape), tuple(var.dims), 4 * 2**20, np.dtype(var.dtype).itemsize)
-            layout = hdf5.read_layout(dataset, grid)
-            if HDF5ChunkSource.fits(var, layout):
-                out[name] = HDF5ChunkSource(name, var, layout, byte_store, key, options, token)
+            layout = hdf5.read_layout(dataset, None if dataset.chunks else grid_of(var))
+            if RangedSource.fits(var, layout):
+                out[name] = RangedSource(name, var, layout, byte_store, key, options, token)
     finally:
         if close:
             h5file.close()

@@ -1,8 +1,9 @@
-"""NetCDF4/HDF5 variables read chunk by chunk by byte range: remote files (``https://``,
+"""NetCDF variables read chunk by chunk by byte range: remote files (``https://``,
 ``s3://``...), fsspec file objects, local file objects and the bytes of a file.
 
-Thin glue over :mod:`.hdf5`: the dataset's :class:`~.hdf5.ChunkLayout` (its chunk index,
-read once when the file is opened) says which byte ranges hold a chunk; they are fetched
+Thin glue over :mod:`.hdf5`: the variable's :class:`~.hdf5.ChunkLayout` (an HDF5 dataset's
+chunk index, read once when the file is opened, or where a NetCDF3 variable's values lie,
+:mod:`.netcdf3`) says which byte ranges hold a chunk; they are fetched
 through the engine's byte interface (:class:`~.bytes.ByteStore` ``get_ranges``, the store
 :func:`~.remote.byte_store_for` picks for the file's folder, the key its name: retries,
 timeouts, servers that ignore ``Range``, counted in the stats) and decoded by
@@ -119,9 +120,9 @@ def ranged_store(inp: Any) -> tuple[ByteStore, str] | None:
     return byte_store_for(root, options), name
 
 
-class HDF5ChunkSource(ChunkSource):
-    """One HDF5 dataset of a NetCDF4/HDF5 file, read chunk by chunk by byte range through
-    ``store`` (key ``key``) and decoded by tsexplore (see the module's docstring)."""
+class RangedSource(ChunkSource):
+    """One variable of a NetCDF4/HDF5 or NetCDF3 file, read chunk by chunk by byte range
+    through ``store`` (key ``key``) and decoded by tsexplore (see the module's docstring)."""
 
     def __init__(
         self,
@@ -147,7 +148,7 @@ class HDF5ChunkSource(ChunkSource):
         self.fill_value = layout.fill_value
         self.options = options
         self.is_async = not store.sync
-        self.token = f"hdf5-{token}:{layout.path}"
+        self.token = f"ranged-{token}:{layout.path}"
 
     @staticmethod
     def fits(variable: Any, layout: ChunkLayout) -> bool:
@@ -163,7 +164,7 @@ class HDF5ChunkSource(ChunkSource):
     def reader(self) -> str:
         """How this source reads, in words."""
         where = self._store.url(self.key) if self.key else self._store.where
-        return f"HDF5 chunks of {self.layout.path} by byte range from {where}"
+        return f"chunk by chunk by byte range from {where}"
 
     def fill_chunk(self, index: ChunkIndex) -> np.ndarray:
         """A chunk never written, as h5py reads it: the dataset's fill value."""
@@ -212,5 +213,5 @@ class HDF5ChunkSource(ChunkSource):
         """Nothing to release: the byte store's sessions belong to the engine's loop."""
 
     def __repr__(self) -> str:
-        return f"<HDF5ChunkSource {self.layout.path} shape={self.shape} chunks={self.chunks} via {self._store!r}>"
+        return f"<RangedSource {self.layout.path} shape={self.shape} chunks={self.chunks} from {self._store!r}>"
 
