@@ -72,10 +72,12 @@ def open_dataset(
 ) -> xr.Dataset:
     """Open ``source`` as a lazy, engine-backed :class:`xarray.Dataset`.
 
-    ``source``: a Zarr store (path or fsspec URL), a NetCDF/HDF5 file (also gzipped NetCDF3),
-    a ``.npy`` file, a folder of images, a NumPy/dask array or an xarray object. Nothing but
-    metadata (and index coordinates) is read here; values are read chunk by chunk when
-    asked for. The result equals what xarray's own backend gives for the same store
+    ``source``: a Zarr store (path or fsspec URL, a zarr ``Store``, a ``dict`` holding one),
+    a NetCDF/HDF5 file (also gzipped NetCDF3; a path, a URL such as ``https://`` or
+    ``s3://`` -- read chunk by chunk by byte range -- a file object, or its ``bytes``), an
+    already-open xarray data store, a ``.npy`` file, a folder of images, a NumPy/dask array
+    or an xarray object: every input xarray's engines take. Nothing but metadata (and index
+    coordinates) is read here; values are read chunk by chunk when asked for. The result equals what xarray's own backend gives for the same store
     (``xr.testing.assert_identical``): it goes through xarray's own ``open_dataset`` with the
     ``tsexplore`` engine, so CF decoding and chunking are xarray's.
 
@@ -94,7 +96,11 @@ def open_dataset(
     ``decode_timedelta``, ``use_cftime``, ``concat_characters``, ``decode_coords``,
     ``drop_variables``) mean what they mean for :func:`xarray.open_dataset`; ``group``
     (Zarr, NetCDF/HDF5), ``consolidated`` and ``zarr_format`` (Zarr) and ``auto_complex``
-    (NetCDF4) mean what they mean for xarray's zarr and netCDF engines.
+    (NetCDF4) mean what they mean for xarray's zarr and netCDF engines, and so do each
+    engine's own arguments (h5netcdf's ``phony_dims``, ``open_kwargs``...; scipy's ``mmap``;
+    ``storage_options`` also for NetCDF URLs). ``via`` names the xarray engine whose store
+    reads the metadata (``"netcdf4"``, ``"h5netcdf"``, ``"scipy"``, ``"zarr"``; default: the
+    one xarray would pick, for HDF5 the library that wrote the file).
     """
     return _open(xr.open_dataset, source, cache_bytes, prefetch, missing, chunks, storage_options,
                  grid=grid, size=size, decode_cf=decode_cf, **decoders)

@@ -521,22 +521,24 @@ def _ranged_sources(
         return None if chunks is None else normalize_chunks(
             own_grid(chunks, tuple(var.dims)), tuple(var.shape), tuple(var.dims), 4 * 2**20, np.dtype(var.dtype).itemsize)
 
+    from xarray.backends.common import _encode_variable_name  # the name in the file
+
     if inp.engine == "scipy":
         for name, var in data.items():
-            layout = netcdf3.layout_of(store.ds, name, grid_of(var))
+            layout = netcdf3.layout_of(store.ds, _encode_variable_name(name), grid_of(var))
             if RangedSource.fits(var, layout):
-                out[name] = RangedSource(name, var, layout, byte_store, key, options, token)
+                out[name] = RangedSource(name, var, layout, byte_store, key, options, token, store)
         return out
     h5file, close = _h5py_file(inp, store)
     try:
         prefix = "/" + (group or "").strip("/")
         for name, var in data.items():
-            dataset = h5file.get(f"{prefix.rstrip('/')}/{name}")
+            dataset = h5file.get(f"{prefix.rstrip('/')}/{_encode_variable_name(name)}")
             if dataset is None or not hasattr(dataset, "dtype"):
                 continue
             layout = hdf5.read_layout(dataset, None if dataset.chunks else grid_of(var))
             if RangedSource.fits(var, layout):
-                out[name] = RangedSource(name, var, layout, byte_store, key, options, token)
+                out[name] = RangedSource(name, var, layout, byte_store, key, options, token, store)
     finally:
         if close:
             h5file.close()

@@ -133,8 +133,12 @@ class RangedSource(ChunkSource):
         key: str,
         options: SourceOptions = DEFAULT_OPTIONS,
         token: str = "",
+        metadata: Any = None,
     ) -> None:
+        """``metadata``: the xarray store the variable's metadata came from (closed by
+        :meth:`close`; the reads do not need it)."""
         self.name = name
+        self._metadata = metadata
         self.layout = layout
         self._store = store
         self.key = key
@@ -209,8 +213,15 @@ class RangedSource(ChunkSource):
             raise type(exc)(f"{self.layout.where(index)}: {exc}", source=self.token, index=tuple(index)) from exc
         return await loop.run_in_executor(None, self._decode, index, list(parts))
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_metadata": None}
+
     def close(self) -> None:
-        """Nothing to release: the byte store's sessions belong to the engine's loop."""
+        """Close the xarray store the metadata came from (the byte store's sessions belong
+        to the engine's loop)."""
+        store, self._metadata = self._metadata, None
+        if store is not None:
+            store.close()
 
     def __repr__(self) -> str:
         return f"<RangedSource {self.layout.path} shape={self.shape} chunks={self.chunks} from {self._store!r}>"
