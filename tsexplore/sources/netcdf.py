@@ -23,10 +23,13 @@ the store's lazy backend array (and its lock); the chunk grid is the file's nati
 chunking when there is one, else a virtual grid of about 4 MiB per chunk. Encoded bytes are
 reported as the region's size (the backends do not expose compressed sizes).
 
-A local path reads through its store as xarray does. Anything else that is not read by
-byte ranges (a NetCDF3 stream, already-open stores, file objects) also reads through its
-store -- still one chunk at a time through the engine, cached and counted -- and says so:
-its dataset's ``encoding["tsexplore_reader"]`` names the store it reads through.
+A local path reads through its store as xarray does. A URL, a file object or the bytes of a
+file are read chunk by chunk by byte range instead (:mod:`.ranged`: HDF5 through its chunk
+index, :mod:`.hdf5`; NetCDF3 through where scipy's header parse says each variable lies,
+:mod:`.netcdf3`); what cannot be (an open data store, a URL with a query string or an fsspec
+chain, a layout h5py alone reads) is read through the store -- still one chunk at a time
+through the engine, cached and counted. The dataset's ``encoding["tsexplore_reader"]``
+says how it is read (not set for a local path).
 """
 
 from __future__ import annotations
@@ -245,6 +248,8 @@ class NetCDFInput:
             return False
         if self.engine not in ("scipy", "h5netcdf") and self.kind != "bytes":
             return False
+        if self.engine == "scipy" and set(self.kwargs) - {"storage_options"}:
+            return False  # scipy's own arguments (mmap, format...): its store, as xarray opens it
         return ranged_store(self) is not None
 
 
