@@ -385,3 +385,17 @@ def test_metadata_is_xarrays_h5netcdf_engines(tmp_path: Path) -> None:
                 assert layout.chunks == (2, 2) and math.prod(layout.grid_shape) == 4
         finally:
             store.close()
+
+
+def test_a_zstd_frame_must_declare_its_size_and_fit_the_chunk() -> None:
+    from numcodecs.zstd import Zstd
+
+    pipeline = hdf5.FilterPipeline((hdf5.Filter(hdf5.ZSTD, 0, (3,)),), np.dtype("u1"), (64,))
+    np.testing.assert_array_equal(np.frombuffer(pipeline.decode(Zstd().encode(bytes(range(64))), 0), "u1"),
+                                  np.arange(64))
+    with pytest.raises(CorruptChunkError, match="more than the 64"):
+        pipeline.decode(Zstd().encode(b"\0" * 65), 0, "chunk (0,)")
+    frame = bytearray(Zstd().encode(b"\0" * 64))
+    frame[4] &= 0x1F  # the frame header without its content size
+    with pytest.raises(CorruptChunkError, match="does not declare"):
+        pipeline.decode(bytes(frame[:5]) + bytes(frame[6:]), 0, "chunk (0,)")

@@ -249,7 +249,9 @@ def _zstd(buf: memoryview, bound: int, where: str) -> memoryview:
     from numcodecs.zstd import Zstd
 
     size = _zstd_content_size(buf)
-    if size is not None and size > bound:
+    if size is None:  # HDF5's zstd filter always declares it: not one of its frames
+        raise CorruptChunkError(f"{where}: zstd frame does not declare its decoded size")
+    if size > bound:
         raise _too_big(where, "zstd", size, bound)
     try:
         out = Zstd().decode(buf)
@@ -667,6 +669,8 @@ def read_layout(dataset: Any, grid: Any = None) -> ChunkLayout:
 
         def visit(info: Any) -> None:
             at = tuple(o // c for o, c in zip(info.chunk_offset, chunks))
+            if any(i >= g for i, g in zip(at, grid_shape)):
+                return  # past the dataset's extent: h5py never reads it
             offsets[at] = info.byte_offset
             sizes[at] = info.size
             masks[at] = info.filter_mask
