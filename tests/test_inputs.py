@@ -185,3 +185,15 @@ def test_groups_and_trees_from_every_input(files: dict[str, Path], tmpdir) -> No
         same(tse.open_dataset(obj, group="g/h"), xr.open_dataset(path, engine="h5netcdf", group="g/h"))
         sub = tse.open_datatree(obj, group="g")
         xr.testing.assert_identical(sub.load(), xr.open_datatree(path, engine="h5netcdf", group="g").load())
+
+
+def test_fsspec_chains_of_zarr_stores_and_netcdf_files(files: dict[str, Path]) -> None:
+    """``simplecache::memory://...``: a Zarr store through zarr's FsspecStore over the whole
+    chain, a NetCDF file through xarray's h5netcdf store over it (as xarray's engines)."""
+    _dataset().to_zarr("memory://tse-chain/s.zarr", mode="w")
+    url = "simplecache::memory://tse-chain/s.zarr"
+    same(tse.open_dataset(url), xr.open_dataset(url, engine="zarr"))
+    xr.testing.assert_identical(tse.open_datatree(url).load(), xr.open_datatree(url, engine="zarr").load())
+    fsspec.filesystem("memory").pipe("/tse-chain/f.nc", files["h5netcdf"].read_bytes())
+    nc = "simplecache::memory://tse-chain/f.nc"
+    same(tse.open_dataset(nc), xr.open_dataset(nc, engine="h5netcdf"))

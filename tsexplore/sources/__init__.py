@@ -281,6 +281,7 @@ def open_group(
         sources, coords, attrs, encoding = open_netcdf(netcdf, grid, options, group=hierarchy.path or None)
         return SourceGroup(sources, coords, attrs, encoding)
     _check_zarr_kwargs(obj, engine_kwargs)
+    obj = _chained_store(obj, storage_options)
     if not _has_groups(obj):
         hierarchy.check_plain(obj)
     if isinstance(obj, ChunkSource):
@@ -315,6 +316,20 @@ def _zarr_group(obj: Any, storage_options: dict[str, Any] | None, options: Sourc
         return SourceGroup({}, {}, group_attrs(node))
     sources, coords, attrs = open_zarr_group(obj, storage_options, options, opened=opened)
     return SourceGroup(sources, coords, attrs)  # type: ignore[arg-type]
+
+
+def _chained_store(obj: Any, storage_options: dict[str, Any] | None) -> Any:
+    """An fsspec chain naming a Zarr store (``simplecache::s3://bucket/x.zarr``) as zarr's
+    ``FsspecStore`` over it (its keys are read through the whole chain); anything else as
+    it is."""
+    if not (isinstance(obj, str) and "::" in obj and is_url(obj)):
+        return obj
+    from zarr.storage import FsspecStore
+
+    try:
+        return FsspecStore.from_url(obj, storage_options=storage_options, read_only=True)
+    except Exception as exc:  # noqa: BLE001 - say which chain fsspec refused
+        raise SourceError(f"cannot open the fsspec chain {obj!r} as a Zarr store: {type(exc).__name__}: {exc}") from exc
 
 
 def _check_zarr_kwargs(obj: Any, engine_kwargs: dict[str, Any]) -> None:
@@ -517,6 +532,7 @@ def open_tree(
         groups = open_netcdf_tree(netcdf, grid, options, group=hierarchy.path or None)
         return {key(path): SourceGroup(*found) for path, found in groups.items()}
     _check_zarr_kwargs(obj, engine_kwargs)
+    obj = _chained_store(obj, storage_options)
     if not _has_groups(obj) and not (isinstance(obj, str) and (is_url(obj) or hierarchy.via == "zarr")):
         raise UnsupportedSourceError(
             f"a tree opens from a Zarr store or a NetCDF/HDF5 file (they have groups); got "
