@@ -248,3 +248,20 @@ def test_query_strings_and_chains_read_through_xarrays_store(folder: Path, serve
     queried = tse.open_dataset(f"{server.url}/h5.nc?version=1")
     assert all(isinstance(s, NetCDFVariableSource) for s in sources_of(queried))
     xr.testing.assert_identical(queried.load(), ds.load())
+
+
+def test_reductions_batches_and_dask_stream_remote_netcdf(folder: Path, server: StoreServer) -> None:
+    """What works on Zarr works here: tse.reduce, tse.batches and chunks={} read through the
+    engine, chunk by chunk by range."""
+    url = f"{server.url}/h5.nc"
+    with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
+        expected = ref.temp.load()
+    ds = tse.open_dataset(url)
+    np.testing.assert_allclose(tse.reduce(ds.temp, "max", dim="time").values, expected.max("time").values)
+    seen = 0
+    for batch in tse.batches(ds.temp, sample={"time": 4, "y": 8, "x": 16}, batch_size=3, shuffle=True, seed=1):
+        seen += len(batch)
+    assert seen == (12 // 4) * (20 // 8) * (30 // 16)
+    lazy = tse.open_dataset(url, chunks={})
+    assert lazy.temp.chunks == ((4, 4, 4), (8, 8, 4), (16, 14))
+    xr.testing.assert_identical(lazy.temp.compute(), expected)
