@@ -63,6 +63,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         d = f.create_dataset("partial", shape=(20, 30), dtype="f4", chunks=(5, 5), fillvalue=7.0)
         d[:5, :5] = 1.0
     ds.drop_vars("label").to_netcdf(root / "classic.nc", engine="scipy")
+    shutil.copy(root / "h5.nc", root / "no-extension")
     for parent in Path(__file__).resolve().parents:  # shared/data beside the checkout, when there
         if (parent / "shared" / "data" / "basin_mask.nc").is_file():
             shutil.copy(parent / "shared" / "data" / "basin_mask.nc", root / "basin_mask.nc")
@@ -265,3 +266,12 @@ def test_reductions_batches_and_dask_stream_remote_netcdf(folder: Path, server: 
     lazy = tse.open_dataset(url, chunks={})
     assert lazy.temp.chunks == ((4, 4, 4), (8, 8, 4), (16, 14))
     xr.testing.assert_identical(lazy.temp.compute(), expected)
+
+
+def test_a_url_without_a_netcdf_name_opens_with_via(folder: Path, server: StoreServer) -> None:
+    """A URL is not probed (a Zarr store's open spends no request on it): ``via=`` names the
+    engine of a NetCDF file whose name does not say."""
+    ds = tse.open_dataset(f"{server.url}/no-extension", via="h5netcdf")
+    assert _ranged(ds)["temp"] == "RangedSource"
+    with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())

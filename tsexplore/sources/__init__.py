@@ -111,18 +111,14 @@ def _url_path(url: str) -> str:
     return urlsplit(url.split("::")[-1]).path.lower().rstrip("/")
 
 
-def _is_netcdf_url(url: str, storage_options: dict[str, Any] | None, engine_kwargs: dict[str, Any]) -> bool:
-    """A URL of a NetCDF/HDF5 file: by its name (``.nc``...), by the arguments only xarray's
-    NetCDF engines take, else by its signature (one small read; a Zarr store's URL names a
-    folder, which has none)."""
+def _is_netcdf_url(url: str, engine_kwargs: dict[str, Any]) -> bool:
+    """A URL of a NetCDF/HDF5 file: by its name (``.nc``, ``.h5``...) or by the arguments
+    only xarray's NetCDF engines take. Any other URL is a Zarr store's (no request is spent
+    to tell: a remote NetCDF file named otherwise opens with ``via="h5netcdf"``)."""
     path = _url_path(url)
-    if path.endswith(NETCDF_SUFFIXES):
-        return True
     if path.endswith(".zarr") or ".zarr/" in path or url.split("://", 1)[0] in STORE_PROTOCOLS:
         return False
-    if set(engine_kwargs) & (NETCDF_KWARGS - {"mode", "storage_options"}):
-        return True
-    return looks_like_netcdf(url, "url", storage_options)
+    return path.endswith(NETCDF_SUFFIXES) or bool(set(engine_kwargs) & (NETCDF_KWARGS - {"mode", "storage_options"}))
 
 
 def _netcdf_input(
@@ -138,7 +134,7 @@ def _netcdf_input(
     if hierarchy.via is not None or is_bytes(obj) or is_file_object(obj) or _data_store_engine(obj):
         pass
     elif isinstance(obj, str) and is_url(obj):
-        if not _is_netcdf_url(obj, storage_options, engine_kwargs):
+        if not _is_netcdf_url(obj, engine_kwargs):
             return None
     elif not _is_netcdf_path(obj):
         return None
