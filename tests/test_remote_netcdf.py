@@ -275,3 +275,24 @@ def test_a_url_without_a_netcdf_name_opens_with_via(folder: Path, server: StoreS
     assert _ranged(ds)["temp"] == "RangedSource"
     with xr.open_dataset(folder / "h5.nc", engine="h5netcdf") as ref:
         xr.testing.assert_identical(ds.load(), ref.load())
+
+
+def test_a_file_closed_by_its_owner_fails_to_read_and_never_reads_another(folder: Path, tmp_path: Path) -> None:
+    """A read after the caller closed the file object raises; the descriptor it had is not
+    read again (another file may have it by then)."""
+    from tsexplore.errors import ChunkReadError
+
+    f = open(folder / "h5.nc", "rb")
+    ds = tse.open_dataset(f)
+    np.testing.assert_array_equal(ds.temp[0, 0, :3].values, xr.open_dataset(folder / "h5.nc").temp[0, 0, :3].values)
+    fd = f.fileno()
+    f.close()
+    other = open(tmp_path / "other", "wb+")  # may take the same descriptor number
+    other.write(b"\0" * 100_000)
+    other.flush()
+    try:
+        with pytest.raises((ChunkReadError, ValueError)):
+            _ = ds.temp[8:, 8:, 16:].values
+    finally:
+        other.close()
+    assert fd >= 0

@@ -45,14 +45,6 @@ class FileObjectBytes(ByteStore):
     def __init__(self, obj: Any) -> None:
         self.obj = obj
         self.where = f"<{type(obj).__name__}>"
-        self._fd = _descriptor(obj)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fd": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._fd = _descriptor(self.obj)
 
     def get_sync(self, key: str, rng: ByteRange | None = None, *, reuse: bool = False) -> Buffer | None:
         count_range(rng)
@@ -63,8 +55,9 @@ class FileObjectBytes(ByteStore):
             return view[max(0, len(view) + rng.start) :] if rng.is_suffix else view[rng.start : rng.stop]
         if rng is None or rng.is_suffix or rng.stop is None:
             raise ChunkReadError(f"{self.where}: only whole byte ranges are read from a file object, got {rng}")
-        if self._fd is not None:
-            return os.pread(self._fd, rng.stop - rng.start, rng.start)
+        fd = _descriptor(self.obj)  # asked each time: a closed file raises, never a reused descriptor
+        if fd is not None:
+            return os.pread(fd, rng.stop - rng.start, rng.start)
         from xarray.backends.locks import HDF5_LOCK
 
         with HDF5_LOCK:
@@ -81,15 +74,13 @@ class FileObjectBytes(ByteStore):
 
 
 def _descriptor(obj: Any) -> int | None:
-    """The descriptor of a plain local file opened for reading (None for anything else)."""
+    """The descriptor of a plain local file opened for reading (None for anything else; a
+    closed file raises ``ValueError``, as reading it would)."""
     import io
 
     if not isinstance(obj, (io.BufferedReader, io.FileIO)) or not hasattr(os, "pread"):
         return None
-    try:
-        return int(obj.fileno())
-    except (OSError, ValueError):
-        return None
+    return int(obj.fileno())
 
 
 def ranged_store(inp: Any) -> tuple[ByteStore, str] | None:
