@@ -64,6 +64,12 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         d[:5, :5] = 1.0
     ds.drop_vars("label").to_netcdf(root / "classic.nc", engine="scipy")
     shutil.copy(root / "h5.nc", root / "no-extension")
+    # a NetCDF3 file whose record coordinate lies past what fsspec reads from the start of a
+    # file whose server ignores Range (it refuses to read further)
+    n = 2000
+    big = xr.Dataset({"v": (("time", "x"), np.arange(n * 600.0).reshape(n, 600))},
+                     coords={"time": np.arange(n), "x": np.arange(600)})
+    big.to_netcdf(root / "classic-big.nc", engine="scipy", unlimited_dims=["time"])
     for parent in Path(__file__).resolve().parents:  # shared/data beside the checkout, when there
         if (parent / "shared" / "data" / "basin_mask.nc").is_file():
             shutil.copy(parent / "shared" / "data" / "basin_mask.nc", root / "basin_mask.nc")
@@ -191,14 +197,17 @@ def _netcdf3(records: list[str], seed: int = 0) -> xr.Dataset:
 
 @pytest.mark.parametrize("records", [["time", "b", "s", "c", "d"], ["s"], ["c"], ["b", "d"], ["time"]])
 @pytest.mark.parametrize("fmt", ["NETCDF3_64BIT", "NETCDF3_CLASSIC"])
-def test_netcdf3_is_read_by_range_of_its_records(tmp_path: Path, records: list[str], fmt: str,
+@pytest.mark.parametrize("max_runs", [64, 1])
+def test_netcdf3_is_read_by_range_of_its_records(tmp_path: Path, records: list[str], fmt: str, max_runs: int,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Record variables are read record by record (one record variable: its records follow
-    each other unpadded), on any grid; values equal xarray's scipy engine. Coordinates are
-    read value by value (as a long record coordinate is)."""
-    from tsexplore.sources import netcdf3
+    each other unpadded), or as the one range holding a chunk's records (``max_runs=1``; a
+    record need not be a whole number of items long), on any grid; values equal xarray's
+    scipy engine. Coordinates are read value by value (as a long record coordinate is)."""
+    from tsexplore.sources import hdf5, netcdf3
 
     monkeypatch.setattr(netcdf3, "COORDINATE_HULL", 0)
+    monkeypatch.setattr(hdf5, "MAX_RUNS", max_runs)
     path = tmp_path / "nc3.nc"
     _netcdf3(records).to_netcdf(path, engine="scipy", format=fmt, unlimited_dims=["time"])
     data = path.read_bytes()
@@ -296,3 +305,52 @@ def test_a_file_closed_by_its_owner_fails_to_read_and_never_reads_another(folder
     finally:
         other.close()
     assert fd >= 0
+
+
+@pytest.fixture(scope="module")
+def plain_server(folder: Path):  # type: ignore[no-untyped-def]
+    """Python's own ``http.server`` over the folder: it ignores ``Range`` (every answer is
+    the whole file), as the issue's users serve files."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionError:  # a client that took what it needed and hung up
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, name="plain-http-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize(("name", "engine"), [("h5.nc", "h5netcdf"), ("classic.nc", "scipy"),
+                                              ("classic-big.nc", "scipy")])
+def test_a_server_that_ignores_range_serves_every_chunk(folder: Path, plain_server: str, name: str, engine: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each range is cut from the whole answer (counted as a whole-object fallback); a
+    NetCDF3 header whose coordinates lie past the first block comes from the whole file."""
+    from tsexplore.sources import netcdf
+
+    wholes: list[str] = []
+    real = netcdf._whole
+    monkeypatch.setattr(netcdf, "_whole", lambda inp: wholes.append(inp.obj) or real(inp))
+    before = tse.stats().whole_object_fallbacks
+    ds = tse.open_dataset(f"{plain_server}/{name}")
+    assert bool(wholes) == (name == "classic-big.nc")
+    assert {type(s).__name__ for s in sources_of(ds) if s.name != "label"} == {"RangedSource"}  # type: ignore[attr-defined]
+    with xr.open_dataset(folder / name, engine=engine) as ref:
+        xr.testing.assert_identical(ds.load(), ref.load())
+    assert tse.stats().whole_object_fallbacks > before

@@ -560,23 +560,40 @@ class ChunkLayout:
         np.copyto(out, values)
         return out
 
+    def hull(self, index: Sequence[int]) -> tuple[int, int] | None:
+        """The one byte range from the first to the last byte of chunk ``index`` (what
+        :meth:`ranges` gives when it is one range; None when never written). Its bytes
+        decode too (:meth:`decode` with it as the one part)."""
+        found = self.ranges(index)
+        return None if found is None else (found[0][0], found[-1][1])
+
     def _contiguous(self, region: tuple[slice, ...], shape: tuple[int, ...], parts: Sequence[Any],
                     where: str) -> np.ndarray:
         """The region's values from the bytes of its runs, or of the one range that holds
-        them all (:func:`_runs`)."""
+        them all (:func:`_runs`, :meth:`hull`)."""
         runs = _runs(region, self.shape, self.dtype.itemsize, self.strides)
         sizes = [len(memoryview(p).cast("B")) for p in parts]
-        if sizes != [b - a for a, b in runs]:
-            raise CorruptChunkError(f"{where}: {sizes} bytes read where the file stores {[b - a for a, b in runs]}")
         expected = math.prod(shape) * self.dtype.itemsize
-        if len(parts) > 1:
-            return np.frombuffer(b"".join(bytes(p) for p in parts), self.dtype).reshape(shape)
-        if sizes[0] == expected:
-            return np.frombuffer(parts[0], self.dtype).reshape(shape)
+        hull = runs[-1][1] - runs[0][0]
+        if sizes == [b - a for a, b in runs] and (len(parts) > 1 or sizes[0] == expected):
+            joined = parts[0] if len(parts) == 1 else b"".join(bytes(p) for p in parts)
+            return np.frombuffer(joined, self.dtype).reshape(shape)
+        if sizes != [hull]:
+            raise CorruptChunkError(
+                f"{where}: {sizes} bytes read where the file stores {[b - a for a, b in runs]} "
+                f"(or {hull} from the first to the last)"
+            )
         # one range from the region's first byte to its last: the array's own strides
-        base = np.frombuffer(parts[0], self.dtype)
-        strides = self.strides or c_strides(self.shape, self.dtype.itemsize)
-        return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=False)
+        return strided(parts[0], self.dtype, shape, self.strides or c_strides(self.shape, self.dtype.itemsize))
+
+
+def strided(buf: Any, dtype: np.dtype, shape: tuple[int, ...], strides: Sequence[int]) -> np.ndarray:
+    """A read-only view of ``buf`` (bytes from an array's first wanted element to its last)
+    as an array of ``shape`` with byte ``strides`` (any, e.g. a NetCDF3 record's length,
+    which need not be a multiple of the item size); numpy checks it stays inside ``buf``."""
+    view = np.ndarray(shape, dtype=dtype, buffer=memoryview(buf).cast("B"), strides=tuple(strides))
+    view.flags.writeable = False
+    return view
 
 
 def _same_memory(a: memoryview, b: memoryview) -> bool:

@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from .base import normalize_chunks
-from .hdf5 import ChunkLayout, c_strides
+from .hdf5 import ChunkLayout, c_strides, strided
 
 #: the header is read through a file object that reads this many bytes ahead per request
 HEADER_BLOCK = 64 * 2**10
+#: ranges of a coordinate's values fetched at once
+RANGES_AT_ONCE = 32
 #: a coordinate is read as the one range that holds it when that is at most this long
 #: (else value by value: a record coordinate's values are a record apart)
 COORDINATE_HULL = 4 * 2**20
@@ -73,16 +75,32 @@ def header_only(fp: Any) -> Any:
 
 
 def _read(fp: Any, ranges: list[tuple[int, int]]) -> list[bytes]:
-    """Bytes ``[a, b)`` of each range of the file object: concurrently through its fsspec
-    filesystem when it has one, else one seek and read each."""
+    """Bytes ``[a, b)`` of each range of the file object: through its fsspec filesystem when
+    it has one (one range first, then :data:`RANGES_AT_ONCE` at a time), else one seek and
+    read each. Every answer is checked to be as long as asked as soon as it comes: a server
+    that ignores ``Range`` (each answer the whole file) raises ``ValueError`` after one."""
     fs, path = getattr(fp, "fs", None), getattr(fp, "path", None)
-    if fs is not None and isinstance(path, str) and len(ranges) > 1:
-        return list(fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges]))
-    out = []
+    out: list[bytes] = []
+    if len(ranges) > 1 and fs is not None and isinstance(path, str):
+        batches = [ranges[:1]] + [ranges[i : i + RANGES_AT_ONCE] for i in range(1, len(ranges), RANGES_AT_ONCE)]
+        for batch in batches:
+            got = fs.cat_ranges([path] * len(batch), [a for a, _ in batch], [b for _, b in batch],
+                                on_error="raise")
+            _check(batch, got)
+            out.extend(got)
+        return out
     for a, b in ranges:
         fp.seek(a)
-        out.append(fp.read(b - a))
+        got = [fp.read(b - a)]
+        _check([(a, b)], got)
+        out.extend(got)
     return out
+
+
+def _check(ranges: list[tuple[int, int]], parts: list[bytes]) -> None:
+    for (a, b), part in zip(ranges, parts):
+        if len(part) != b - a:
+            raise ValueError(f"{len(part)} bytes answered {b - a}-byte range requests (bytes {a}-{b})")
 
 
 def layout_of(nc: Any, name: str, grid: Any = None) -> ChunkLayout:
@@ -124,7 +142,7 @@ def read_coordinates(nc: Any, fp: Any) -> None:
         if len(runs) > 1 or not shape or hull[1] - hull[0] == math.prod(shape) * itemsize:
             values = np.frombuffer(b"".join(parts), layout.dtype).reshape(shape)
         else:  # the one range holding them all, read with the variable's own strides
-            values = np.lib.stride_tricks.as_strided(np.frombuffer(parts[0], layout.dtype), shape, layout.strides)
+            values = strided(parts[0], layout.dtype, shape, layout.strides or ())
         var.__dict__["data"] = np.array(values)
 
 

@@ -30,6 +30,11 @@ from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, SourceOptions, nativ
 from .bytes import Buffer, ByteRange, ByteStore, count_range
 from .hdf5 import ChunkLayout
 
+#: a chunk held in several runs is fetched as the one range that holds them all when that
+#: is at most this many times their bytes
+HULL_FACTOR = 4
+#: requests in flight for the runs of one chunk
+RUNS_AT_ONCE = 4
 #: URL protocols read by range (their byte store answers ranges of one object)
 RANGED_PROTOCOLS = ("http", "https", "s3", "s3a", "gs", "gcs", "az", "abfs", "memory", "file")
 
@@ -189,20 +194,44 @@ class RangedSource(ChunkSource):
     def _read_sync(self, index: ChunkIndex, ranges: list[ByteRange]) -> tuple[np.ndarray, int]:
         return self._decode(index, [self._store.get_sync(self.key, r) for r in ranges])
 
+    def _remote_ranges(self, index: ChunkIndex, found: list[tuple[int, int]]) -> list[ByteRange]:
+        """What to ask a remote store for: the chunk's runs, or the one range from the first
+        to the last when that costs at most :data:`HULL_FACTOR` times their bytes (one request
+        instead of many; and a server that ignores ``Range`` then sends the file once, not
+        once per run)."""
+        if len(found) > 1:
+            start, stop = found[0][0], found[-1][1]
+            if stop - start <= HULL_FACTOR * sum(b - a for a, b in found):
+                return [ByteRange(start, stop)]
+        return [ByteRange(a, b) for a, b in found]
+
+    async def _fetch(self, ranges: list[ByteRange]) -> list[Any]:
+        """The ranges' bytes, at most :data:`RUNS_AT_ONCE` requests in flight (a server that
+        ignores ``Range`` answers each with the whole file)."""
+        if len(ranges) == 1:
+            return [await self._store.get(self.key, ranges[0])]
+        gate = asyncio.Semaphore(RUNS_AT_ONCE)
+
+        async def one(rng: ByteRange) -> Any:
+            async with gate:
+                return await self._store.get(self.key, rng)
+
+        return list(await asyncio.gather(*(one(r) for r in ranges)))
+
     async def read_chunk_counted(self, index: ChunkIndex) -> tuple[np.ndarray, int]:
         self.check_index(index)
         found = self.layout.ranges(index)
         if found is None:
             raise self._missing(index)
-        ranges = [ByteRange(a, b) for a, b in found]
         loop = asyncio.get_running_loop()
         if self._store.sync:  # fetched and decoded in one trip to a read thread
+            ranges = [ByteRange(a, b) for a, b in found]
             return await loop.run_in_executor(None, contextvars.copy_context().run, self._read_sync, index, ranges)
         try:
-            parts = await self._store.get_ranges(self.key, ranges)
+            parts = await self._fetch(self._remote_ranges(index, found))
         except ChunkReadError as exc:
             raise type(exc)(f"{self.layout.where(index)}: {exc}", source=self.token, index=tuple(index)) from exc
-        return await loop.run_in_executor(None, self._decode, index, list(parts))
+        return await loop.run_in_executor(None, self._decode, index, parts)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_metadata": None}
