@@ -18,6 +18,28 @@ class UnsupportedSourceError(SourceError, TypeError):
     """The object given to ``open_dataset`` is of a kind tsexplore cannot read."""
 
 
+class SourceNotFoundError(UnsupportedSourceError, FileNotFoundError):
+    """The path or URL given names nothing (a ``FileNotFoundError``, as xarray raises)."""
+
+
+class GroupNotFoundError(SourceError, KeyError):
+    """The group asked for is not in the store (a ``KeyError``, as xarray's zarr engine
+    raises); the message lists the groups there are."""
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return str(self.args[0]) if self.args else ""
+
+
+class StoreMetadataError(SourceError, ValueError):
+    """A store's metadata cannot be read as asked (e.g. ``consolidated=True`` and none is
+    there; a ``ValueError``, as xarray's zarr engine raises)."""
+
+
+class UnknownFormatError(SourceError, ValueError):
+    """The file's signature is not one of a format tsexplore reads (a ``ValueError``, as
+    xarray's engines raise)."""
+
+
 class ChunkReadError(TsExploreError):
     """Reading one chunk failed; the message names the source and the chunk index."""
 
@@ -36,6 +58,11 @@ class MissingChunkError(ChunkReadError, KeyError):
 
 class CorruptChunkError(ChunkReadError):
     """A chunk's bytes are short, fail a checksum or decode to the wrong size."""
+
+
+class UnsupportedFilterError(ChunkReadError):
+    """A chunk is compressed with a filter that cannot be decoded here (its HDF5 plugin is
+    not installed); the message names the filter and what to install."""
 
 
 class ReadTimeoutError(ChunkReadError, TimeoutError):

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .controller.geometry import LevelGeometry
 from . import config
+from .controller.geometry import LevelGeometry
 from .errors import ConfigError, TsExploreError
 from .sources import SourceGroup
 from .sources.base import ChunkSource, SourceOptions

@@ -21,7 +21,8 @@ from .backend import EngineStore, engine_dask, numpy_layers
 from .engine import get_engine
 from .errors import ConfigError, TsExploreDeprecationWarning
 from .resolve import sources_of  # noqa: F401 - kept importable from here
-from .sources import Hierarchy, SourceGroup, SourceOptions, open_group, open_tree
+from .sources import ZARR_KWARGS, Hierarchy, SourceGroup, SourceOptions, open_group, open_tree
+from .sources.netcdf import NETCDF_KWARGS
 
 #: xarray's decoder options, taken by ``tse.open_dataset`` and the ``tsexplore`` engine alike
 DECODER_OPTIONS = (
@@ -34,7 +35,10 @@ DECODER_OPTIONS = (
     "drop_variables",
 )
 #: xarray's options that pick a group and say how a store's metadata is read
-HIERARCHY_OPTIONS = ("group", "consolidated", "zarr_format", "auto_complex")
+HIERARCHY_OPTIONS = ("group", "consolidated", "zarr_format", "auto_complex", "via")
+#: xarray's engines' own arguments (netcdf4, h5netcdf, scipy, zarr), passed to the store
+#: that reads the input as that engine would open it
+ENGINE_OPTIONS = tuple(sorted((NETCDF_KWARGS | ZARR_KWARGS) - {"storage_options", "auto_complex"}))
 
 
 def _check_cache_bytes(cache_bytes: Any) -> None:
@@ -68,10 +72,12 @@ def open_dataset(
 ) -> xr.Dataset:
     """Open ``source`` as a lazy, engine-backed :class:`xarray.Dataset`.
 
-    ``source``: a Zarr store (path or fsspec URL), a NetCDF/HDF5 file (also gzipped NetCDF3),
-    a ``.npy`` file, a folder of images, a NumPy/dask array or an xarray object. Nothing but
-    metadata (and index coordinates) is read here; values are read chunk by chunk when
-    asked for. The result equals what xarray's own backend gives for the same store
+    ``source``: a Zarr store (path or fsspec URL, a zarr ``Store``, a ``dict`` holding one),
+    a NetCDF/HDF5 file (also gzipped NetCDF3; a path, a URL such as ``https://`` or
+    ``s3://`` -- read chunk by chunk by byte range -- a file object, or its ``bytes``), an
+    already-open xarray data store, a ``.npy`` file, a folder of images, a NumPy/dask array
+    or an xarray object: every input xarray's engines take. Nothing but metadata (and index
+    coordinates) is read here; values are read chunk by chunk when asked for. The result equals what xarray's own backend gives for the same store
     (``xr.testing.assert_identical``): it goes through xarray's own ``open_dataset`` with the
     ``tsexplore`` engine, so CF decoding and chunking are xarray's.
 
@@ -90,7 +96,11 @@ def open_dataset(
     ``decode_timedelta``, ``use_cftime``, ``concat_characters``, ``decode_coords``,
     ``drop_variables``) mean what they mean for :func:`xarray.open_dataset`; ``group``
     (Zarr, NetCDF/HDF5), ``consolidated`` and ``zarr_format`` (Zarr) and ``auto_complex``
-    (NetCDF4) mean what they mean for xarray's zarr and netCDF engines.
+    (NetCDF4) mean what they mean for xarray's zarr and netCDF engines, and so do each
+    engine's own arguments (h5netcdf's ``phony_dims``, ``open_kwargs``...; scipy's ``mmap``;
+    ``storage_options`` also for NetCDF URLs). ``via`` names the xarray engine whose store
+    reads the metadata (``"netcdf4"``, ``"h5netcdf"``, ``"scipy"``, ``"zarr"``; default: the
+    one xarray would pick, for HDF5 the library that wrote the file).
     """
     return _open(xr.open_dataset, source, cache_bytes, prefetch, missing, chunks, storage_options,
                  grid=grid, size=size, decode_cf=decode_cf, **decoders)
@@ -127,13 +137,13 @@ def _open(opener: Any, source: Any, cache_bytes: Any, prefetch: Any, missing: st
           storage_options: Any, *, decode_cf: bool | None, **kwargs: Any) -> Any:
     """``opener`` (xarray's ``open_dataset`` or ``open_datatree``) with the tsexplore engine,
     the arguments checked first."""
-    known = {*DECODER_OPTIONS, *HIERARCHY_OPTIONS, "grid", "size"}
+    known = {*DECODER_OPTIONS, *HIERARCHY_OPTIONS, *ENGINE_OPTIONS, "grid", "size"}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise ConfigError(
             f"{opener.__name__} got unknown keyword(s) {unknown}; xarray's decoder options are "
             f"decode_cf, {', '.join(DECODER_OPTIONS)}; its group options "
-            f"{', '.join(HIERARCHY_OPTIONS)}"
+            f"{', '.join(HIERARCHY_OPTIONS)}; its engines' own {', '.join(ENGINE_OPTIONS)}"
         )
     SourceOptions(missing, prefetch)  # check them before anything is opened
     _check_cache_bytes(cache_bytes)
@@ -168,12 +178,16 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
     ``xr.open_datatree`` / ``xr.open_groups`` with ``engine="tsexplore"``: one engine-backed
     Dataset per group.
 
-    Takes every decoder option of xarray's own backends; ``group``, ``consolidated`` and
+    Takes every input xarray's engines take (see :func:`tsexplore.sources.open_group`),
+    every decoder option of xarray's own backends; ``group``, ``consolidated`` and
     ``zarr_format`` as xarray's zarr engine takes them (``group`` also for NetCDF/HDF5),
-    ``auto_complex`` as its netcdf4 engine; and ``missing``, ``prefetch``,
-    ``storage_options``, ``grid`` and ``size`` as :func:`open_dataset` does.
-    ``use_zarr_fill_value_as_mask`` is accepted and, as by xarray's zarr engine's
-    ``open_dataset``, not used: v2 arrays mask their fill value, v3 arrays do not.
+    each engine's own arguments as that engine takes them (netcdf4's ``auto_complex``,
+    ``diskless``...; h5netcdf's ``phony_dims``, ``open_kwargs``, ``storage_options``...;
+    scipy's ``mmap``...: the file is opened with the engine they belong to); and
+    ``missing``, ``prefetch``, ``storage_options``, ``grid`` and ``size`` as
+    :func:`open_dataset` does. ``use_zarr_fill_value_as_mask`` is accepted and, as by
+    xarray's zarr engine's ``open_dataset``, not used: v2 arrays mask their fill value, v3
+    arrays do not.
     """
 
     description = "Stream Zarr, NetCDF/HDF5 and .npy through the tsexplore engine"
@@ -188,6 +202,7 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         "storage_options",
         "grid",
         "size",
+        *ENGINE_OPTIONS,
     )
 
     def open_dataset(  # type: ignore[override]
@@ -205,18 +220,21 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         consolidated: bool | None = None,
         zarr_format: int | None = None,
         auto_complex: bool | None = None,
+        via: str | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
         missing: str = "fill",
         prefetch: Any = "auto",
         storage_options: dict[str, Any] | None = None,
         grid: Any = None,
         size: Any = None,
+        **engine_kwargs: Any,
     ) -> xr.Dataset:
+        _check_engine_kwargs("open_dataset", engine_kwargs)
         options = SourceOptions(missing, prefetch, config.get().remote_reader)
-        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
+        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex, via)
         sources = open_group(
             filename_or_obj, storage_options=storage_options, options=options, grid=grid,
-            size=size, hierarchy=hierarchy,
+            size=size, hierarchy=hierarchy, engine_kwargs=engine_kwargs,
         )
         return _dataset(sources, drop_variables, dict(
             mask_and_scale=mask_and_scale, decode_times=decode_times,
@@ -239,18 +257,21 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         consolidated: bool | None = None,
         zarr_format: int | None = None,
         auto_complex: bool | None = None,
+        via: str | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
         missing: str = "fill",
         prefetch: Any = "auto",
         storage_options: dict[str, Any] | None = None,
         grid: Any = None,
+        **engine_kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """One engine-backed Dataset per group at ``group`` and below, keyed by path as
         xarray's own engines key them; every node reads through the one engine."""
+        _check_engine_kwargs("open_groups", engine_kwargs)
         options = SourceOptions(missing, prefetch, config.get().remote_reader)
-        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex)
+        hierarchy = Hierarchy(group, consolidated, zarr_format, auto_complex, via)
         tree = open_tree(filename_or_obj, storage_options=storage_options, options=options,
-                         grid=grid, hierarchy=hierarchy)
+                         grid=grid, hierarchy=hierarchy, engine_kwargs=engine_kwargs)
         decoders = dict(
             mask_and_scale=mask_and_scale, decode_times=decode_times,
             concat_characters=concat_characters, decode_coords=decode_coords,
@@ -270,6 +291,17 @@ class TsExploreBackendEntrypoint(BackendEntrypoint):
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
         return os.fspath(filename_or_obj).rstrip("/").endswith((".zarr", ".npy"))
+
+
+def _check_engine_kwargs(what: str, kwargs: dict[str, Any]) -> None:
+    """Arguments no xarray engine takes fail as they fail there (``TypeError``)."""
+    unknown = sorted(set(kwargs) - set(ENGINE_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"{what}() got an unexpected keyword argument {unknown[0]!r}: the tsexplore engine "
+            f"takes xarray's decoder options, its engines' own arguments ({', '.join(ENGINE_OPTIONS)}) "
+            "and missing, prefetch, storage_options, grid, size"
+        )
 
 
 def _dataset(sources: SourceGroup, drop_variables: Any, decoders: dict[str, Any]) -> xr.Dataset:

@@ -73,3 +73,24 @@ def test_package_file_matches_xarray_on_every_path(path: Path, data: st.DataObje
 @given(data=st.data())
 def test_shared_data_file_matches_xarray_on_every_path(shared_data: Path, name: str, data: st.DataObject) -> None:
     _check_file(shared_data / name, data)
+
+
+@pytest.mark.parametrize("name", ["eraint_uvz.nc", "basin_mask.nc"])
+@FILE_SETTINGS
+@given(data=st.data())
+def test_shared_data_file_over_http_matches_xarray_on_every_path(shared_data: Path, name: str, data: st.DataObject) -> None:
+    """The same files served by Python's http.server: NetCDF4 against xarray's h5netcdf
+    engine over the same URL, NetCDF3 against its scipy engine over an fsspec file of it."""
+    import fsspec
+
+    from tsexplore.testing.http import StoreServer
+
+    path = shared_data / name
+    with StoreServer(shared_data) as server:
+        url = f"{server.url}/{name}"
+        FILES[url] = _engine(path)
+        if _engine(path) == "scipy":
+            compare_store(data.draw, url, "file:http-scipy", _names(path, "scipy"), "scipy",
+                          reference=lambda: fsspec.open(url).open())
+        else:
+            compare_store(data.draw, url, "file:http-h5netcdf", _names(path, "h5netcdf"), "h5netcdf")

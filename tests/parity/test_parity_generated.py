@@ -28,6 +28,10 @@ from hypothesis import strategies as st
 import tsexplore as tse
 
 FORMATS = ["zarr2", "zarr3", "zarr3-sharded", "netcdf3", "netcdf4"]
+#: NetCDF files served by Python's http.server: tsexplore opens the URL, xarray the same URL
+#: with h5netcdf (NetCDF4) or an fsspec file of it with scipy (NetCDF3, which scipy reads
+#: only from a file object)
+REMOTE_FORMATS = ["netcdf3-http", "netcdf4-http"]
 INTS = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
 DTYPES = {
     "zarr2": [*INTS, "bool", "f2", "f4", "f8", ">i2", ">u4", ">f4", ">f8"],
@@ -42,7 +46,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _family(fmt: str) -> str:
-    return fmt.split("-")[0] if fmt.startswith("zarr") else fmt
+    return fmt.split("-")[0]
 
 
 def _values(draw: st.DrawFn, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -173,6 +177,15 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("parity")
 
 
+@pytest.fixture(scope="module")
+def served(folder: Path):  # type: ignore[no-untyped-def]
+    """The module's folder served over HTTP on 127.0.0.1."""
+    from tsexplore.testing.http import StoreServer
+
+    with StoreServer(folder) as server:
+        yield server
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @SETTINGS
 @given(data=st.data())
@@ -184,3 +197,23 @@ def test_generated_store_matches_xarray_on_every_path(fmt: str, folder: Path, da
     before = tse.stats().missing_filled
     compare_store(data.draw, str(path), fmt, [str(n) for n in ds.variables])
     ABSENT[fmt] += tse.stats().missing_filled - before
+
+
+@pytest.mark.parametrize("fmt", REMOTE_FORMATS)
+@SETTINGS
+@given(data=st.data())
+def test_generated_netcdf_over_http_matches_xarray_on_every_path(fmt: str, folder: Path, served: Any, data: st.DataObject) -> None:
+    """NetCDF4 read by byte range through the engine, NetCDF3 through xarray's scipy store
+    over an fsspec file, against xarray's own engine over the same URL."""
+    import fsspec
+
+    family = _family(fmt)
+    ds, encoding = data.draw(datasets(family), label="dataset")
+    name = f"{fmt}-{uuid.uuid4().hex[:10]}.nc"
+    _write(ds, encoding, family, folder / name)
+    url = f"{served.url}/{name}"
+    if family == "netcdf4":
+        compare_store(data.draw, url, fmt, [str(n) for n in ds.variables], "h5netcdf")
+    else:
+        compare_store(data.draw, url, fmt, [str(n) for n in ds.variables], "scipy",
+                      reference=lambda: fsspec.open(url).open())

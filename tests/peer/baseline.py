@@ -1,4 +1,4 @@
-"""Run xarray's four backend classes unchanged (xarray's own engines) and record which tests
+"""Run xarray's backend classes unchanged (xarray's own engines) and record which tests
 do not pass here, with why, in ``tests/peer/xarray_own.json``.
 
     .venv/bin/python tests/peer/baseline.py [-n 2]
@@ -22,8 +22,8 @@ HERE = Path(__file__).resolve().parent
 def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "own.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "own_classes.py"),
-               f"--junitxml={xml}", *argv]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "peer",
+               str(HERE / "own_classes.py"), f"--junitxml={xml}", *argv]
         subprocess.run(cmd, cwd=HERE.parents[1], check=False)
         tree = ET.parse(xml)
     not_passing: dict[str, dict[str, str]] = {}

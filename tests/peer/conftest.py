@@ -6,7 +6,9 @@ ship whole), the skips of the tests xarray's own engine does not pass here, and 
 - the tests ``xarray_own.json`` lists (they fail with xarray's own engine on this machine)
   are skipped, the reason saying what xarray's engine did;
 - every test is marked ``peer`` (``pytest -m "not peer"`` leaves the suite out, ``-m peer``
-  runs it alone, e.g. ``-n 2``);
+  runs it alone, e.g. ``-n 2``) and put in one of two pytest-xdist groups (Zarr classes,
+  NetCDF and DataTree classes: about equal time), so ``--dist loadgroup`` runs them on two
+  workers;
 - per class, the tests run / passed / failed / skipped go to ``test-artifacts/peer-counts.json``
   (``peer-counts-own.json`` for the unchanged classes of ``own_classes.py``).
 """
@@ -39,6 +41,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
 
 
+def xdist_group(item: pytest.Item) -> str:
+    """Two pytest-xdist groups of about equal time: the Zarr classes, and the NetCDF and
+    DataTree ones (each group imports xarray's test modules once, on its worker)."""
+    cls = getattr(item, "cls", None)
+    name = cls.__name__ if cls is not None else ""
+    return "peer-zarr" if name.startswith("TestZarr") else "peer-netcdf"
+
+
 def _key(item: pytest.Item) -> str | None:
     cls = getattr(item, "cls", None)
     return f"{cls.__name__}::{item.name}" if cls is not None else None
@@ -49,8 +59,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/peer/" not in item.nodeid.split("::")[0]:
             continue
-        item.add_marker(pytest.mark.peer)  # -m peer / -m "not peer"; one xdist group
-        item.add_marker(pytest.mark.xdist_group("peer"))
+        item.add_marker(pytest.mark.peer)  # -m peer / -m "not peer"
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
         params = getattr(getattr(item, "callspec", None), "params", {})
         for mark in item.iter_markers("skip_if_param"):
             kwargs = dict(mark.kwargs)

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .geometry import LevelGeometry, overview_plan
 from ..errors import ConfigError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
+from .geometry import LevelGeometry, overview_plan
 from .planning import Extent, PlaneGeometry, ViewRequest, ViewState, resolve
 
 #: a chosen level needing at most this many reads is read at once, without a coarser picture first

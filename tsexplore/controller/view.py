@@ -29,11 +29,11 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ..engine import Engine
-from .geometry import LevelGeometry
 from ..errors import ConfigError, RequestCancelledError, TsExploreError
 from ..resolve import Resolved
 from ..sources.base import ChunkIndex, ChunkSource
 from .ahead import FramesAhead, next_step
+from .geometry import LevelGeometry
 from .labels import LabelFrame, LabelLayer, labels_cached, read_labels
 from .levels import (
     QUICK_CHUNKS,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import functools
 import math
 import threading
 import time
@@ -298,7 +299,7 @@ def _read_aux(source: ChunkSource, mine: list[AuxKey], futures: dict[AuxKey, cf.
     theirs = [f for aux, f in futures.items() if aux not in mine]
     if theirs:
         yield Wait(theirs)
-    groups = [FetchGroup(need[aux][0].located.key, [need[aux][0].located.rng])  # type: ignore[union-attr]
+    groups = [FetchGroup(need[aux][0].located.key, [need[aux][0].located.rng])  # type: ignore[union-attr, arg-type]
               for aux in mine]
     if groups:
         yield Fetch(source.store, groups)
@@ -448,10 +449,14 @@ def _shape_error(source: ChunkSource, job: Job) -> ChunkReadError | None:
 
 
 def _named(source: ChunkSource, request: ChunkRequest, exc: BaseException) -> BaseException:
-    """``exc`` as an error naming the source and the chunk."""
+    """``exc`` as an error naming the source and the chunk (a store's error names only the
+    object it read: the chunk is added to its message)."""
     if isinstance(exc, ChunkReadError):
         if exc.index is None:
-            exc.source, exc.index = exc.source or source.token, request.index
+            named = type(exc)(f"{source.describe(request.index)}: {exc}", source=source.token,
+                              index=request.index)
+            named.__cause__ = exc
+            return named
         return exc
     if isinstance(exc, TsExploreError):
         return exc
@@ -515,7 +520,8 @@ def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext
             elif isinstance(op, Work) and op.awaits:
                 io.run_coroutine(_await_all(io, op), timeout)
             elif isinstance(op, Work):
-                io.share(_split(op.jobs, io.cpus), lambda part, fn=op.fn: _run_all(fn, part), timeout)
+                work: Callable[[list[Job]], None] = functools.partial(_run_all, op.fn)
+                io.share(_split(op.jobs, io.cpus), work, timeout)
             else:
                 cf.wait(op.futures, timeout)
             op = gen.send(None)

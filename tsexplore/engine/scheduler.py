@@ -44,7 +44,7 @@ from .loop import IOLoop, on_read_thread
 from .prefetch import Prefetcher
 from .reads import CATCH_UP_SECONDS, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
-from .types import WHOLE, ChunkIndex, ChunkRequest, Priority
+from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
 #: the recycled buffers may hold at most this share of the budget, and this much at most
 POOL_SHARE, POOL_MOST, POOL_LEAST = 8, 512 << 20, 64 << 20
@@ -481,8 +481,10 @@ class Engine:
         decoded part, its stored frame or its blosc head (reading it again reads less)."""
         out = set()
         for key in self.cache.keys():
-            if key.array == token and (type(key) is ChunkRequest or key.kind == "head"):
-                out.add(key.index if type(key) is ChunkRequest else key.at)
+            if isinstance(key, ChunkRequest) and key.array == token:
+                out.add(key.index)
+            elif isinstance(key, AuxKey) and key.array == token and key.kind == "head":
+                out.add(key.at)
         return out
 
     def snapshot(self) -> StatsSnapshot:

@@ -228,10 +228,14 @@ class ChunkSource:
         """A source reading itself on an event loop (``awaits``)."""
         raise NotImplementedError
 
+    def describe(self, index: ChunkIndex) -> str:
+        """Chunk ``index`` in words, for error messages."""
+        return f"chunk {tuple(index)} of {self!r}"
+
     def missing(self, index: ChunkIndex) -> MissingChunkError:
         """The error of a chunk the store does not have (read under ``missing="raise"``)."""
         return MissingChunkError(
-            f"chunk {tuple(index)} of {self!r} is not in the store (opened with missing='raise'); "
+            f"{self.describe(index)} is not in the store (opened with missing='raise'); "
             "open with missing='fill' (the default) to read it as the fill value",
             source=self.token, index=tuple(index),
         )

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from ..errors import ReadTimeoutError, RemoteReadError
 from .link import LinkModel
 
@@ -471,7 +469,7 @@ class LocalFiles(ByteStore):
                         view = arena[at : at + stop - start]
                         at += stop - start
                     else:
-                        view = memoryview(np.empty(stop - start, dtype=np.uint8)).cast("B")
+                        view = memoryview(bytearray(stop - start))
                     _count(ctx, "store_requests")
                     if any(ranges[m] is not None for m in run.members):
                         _count(ctx, "range_requests")
@@ -489,7 +487,7 @@ class LocalFiles(ByteStore):
         return self.get_many_sync([(key, ranges)], ctx, reuse=reuse)[0]
 
     @staticmethod
-    def _plan(fd: int, ranges: Sequence[ByteRange | None]) -> tuple[list[tuple[int, int, Run | None]],
+    def _plan(fd: int, ranges: Sequence[ByteRange | None]) -> tuple[list[tuple[int, int, Run]],
                                                                      list[tuple[int, ByteRange]]]:
         """The reads (start, stop, run) that serve ``ranges`` of the open file, and for each
         range which read holds it (a range of the whole file for None and suffixes)."""

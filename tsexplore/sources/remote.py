@@ -26,6 +26,7 @@ from typing import Any
 from ..config import REMOTE_READERS
 from ..errors import ConfigError, MissingDependencyError
 from .bytes import Buffer, ByteRange, ByteStore, LocalFiles, RangeIgnored
+
 #: obstore's own request timeout: a backstop behind tsexplore's per-attempt ``http_timeout``
 OBSTORE_BACKSTOP = timedelta(seconds=600)
 

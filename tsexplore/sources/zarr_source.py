@@ -58,7 +58,7 @@ class Where:
         self.source, self.index = source, index
 
     def __str__(self) -> str:
-        return self.source._where(self.index)
+        return self.source.describe(self.index)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -169,7 +169,7 @@ class ZarrSource(ChunkSource):
         """The store key of shard ``shard`` (its coordinates on the shard grid)."""
         return self._key(shard)
 
-    def _where(self, index: ChunkIndex) -> str:
+    def describe(self, index: ChunkIndex) -> str:
         inner = "inner chunk" if self.shards is not None else "chunk"
         return f"{inner} {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
 
@@ -227,7 +227,7 @@ class ZarrSource(ChunkSource):
 
     def missing(self, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
-            f"{self._where(index)} is missing from the store (opened with missing='raise'). "
+            f"{self.describe(index)} is missing from the store (opened with missing='raise'). "
             "zarr writes no chunk equal to the fill value; open with missing='fill' (the "
             "default) to read absent chunks as the fill value, as zarr and xarray do",
             source=self.token,
@@ -268,14 +268,14 @@ class ZarrSource(ChunkSource):
             arr = await asyncio.wait_for(array.getitem(self.chunk_slices(index)), timeout)
         except asyncio.TimeoutError:
             raise ReadTimeoutError(
-                f"{self._where(index)}: zarr read timed out after {timeout} s; "
+                f"{self.describe(index)}: zarr read timed out after {timeout} s; "
                 "raise it with tse.config.set(http_timeout=...)",
                 source=self.token,
                 index=tuple(index),
             ) from None
         except Exception as exc:  # noqa: BLE001
             raise ChunkReadError(
-                f"{self._where(index)}: {exc}", source=self.token, index=tuple(index)
+                f"{self.describe(index)}: {exc}", source=self.token, index=tuple(index)
             ) from exc
         arr = np.asarray(arr)
         return arr, arr.nbytes
