@@ -9,6 +9,7 @@ import io
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -279,17 +280,45 @@ def _plugin_filters() -> list:  # type: ignore[type-arg]
     ]
 
 
+_PLUGIN_WRITER = """
+import io, json, sys
+import numpy as np, h5py, hdf5plugin
+values = np.load(sys.argv[1])
+compression = json.loads(sys.argv[2])
+compression["compression_opts"] = tuple(compression["compression_opts"])
+buf = io.BytesIO()
+with h5py.File(buf, "w") as f:
+    f.create_dataset("v", data=values, chunks=(10, 8, 5), **compression)
+    f.create_dataset("shuffled", data=values, chunks=(16, 23, 2), shuffle=True, **compression)
+open(sys.argv[3], "wb").write(buf.getvalue())
+"""
+
+
+def write_with_plugin(values: np.ndarray, compression: Any, tmp_path: Path) -> bytes:
+    """The file written in a fresh interpreter without ``HDF5_PLUGIN_PATH``: importing netCDF4
+    points it at netCDF4's own filter plugins (built against its own HDF5), and h5py's HDF5
+    then fails to create a blosc dataset with hdf5plugin's filter in that process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "values.npy", values)
+    spec = {"compression": int(compression["compression"]),
+            "compression_opts": [int(v) for v in compression["compression_opts"]]}
+    out = subprocess.run([sys.executable, "-c", _PLUGIN_WRITER, str(tmp_path / "values.npy"),
+                          json.dumps(spec), str(tmp_path / "f.h5")], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"})
+    assert out.returncode == 0, out.stderr
+    return (tmp_path / "f.h5").read_bytes()
+
+
 @needs_plugin
 @pytest.mark.parametrize(("compression", "native"), _plugin_filters())
 @pytest.mark.parametrize("dtype", ["<f4", ">i8", "u1"])
-def test_hdf5plugin_filters_read_by_range_equal_h5py(compression, native, dtype) -> None:  # type: ignore[no-untyped-def]
+def test_hdf5plugin_filters_read_by_range_equal_h5py(compression, native, dtype, tmp_path) -> None:  # type: ignore[no-untyped-def]
     values = _values((37, 23, 5), np.dtype(dtype), seed=3)
-
-    def make(f: h5py.File) -> None:
-        f.create_dataset("v", data=values, chunks=(10, 8, 5), **compression)
-        f.create_dataset("shuffled", data=values, chunks=(16, 23, 2), shuffle=True, **compression)
-
-    data = write(make)
+    data = write_with_plugin(values, compression, tmp_path)
     layout = hdf5.scan(io.BytesIO(data))["/v"]
     if native:
         assert layout.pipeline is not None and layout.pipeline.native
