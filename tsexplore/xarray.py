@@ -304,8 +304,46 @@ def _check_engine_kwargs(what: str, kwargs: dict[str, Any]) -> None:
         )
 
 
+def _dask_type_without_importing_dask_array() -> None:
+    """xarray asks, when it wraps an indexed variable, whether the data is a dask array, and
+    imports ``dask.array`` to know (about 0.4 s, paid by the first frame a viewer shows).
+    No object can be a dask array before ``dask.array`` is imported: until then xarray's
+    answer comes from ``sys.modules`` (xarray caches one entry per duck-array module; this
+    puts its own there first)."""
+    import sys
+
+    try:
+        from xarray.namedarray import pycompat
+    except ImportError:  # pragma: no cover - xarray moved it: it imports dask.array then
+        return
+    cache = getattr(pycompat, "_cached_duck_array_modules", None)
+    if not isinstance(cache, dict) or "dask" in cache or "dask.array" in sys.modules:
+        return
+    try:
+        import dask
+    except ImportError:
+        return
+
+    class LazyDask(pycompat.DuckArrayModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.module, self.available = dask, True
+            self.version = pycompat.Version(dask.__version__)
+
+        @property
+        def type(self) -> tuple[type, ...]:
+            found = sys.modules.get("dask.array")
+            return () if found is None else (found.Array,)
+
+        @type.setter
+        def type(self, value: Any) -> None:
+            pass
+
+    cache["dask"] = LazyDask()
+
+
 def _dataset(sources: SourceGroup, drop_variables: Any, decoders: dict[str, Any]) -> xr.Dataset:
     """The Dataset xarray's ``StoreBackendEntrypoint`` decodes from ``sources``."""
+    _dask_type_without_importing_dask_array()
     store = EngineStore(sources, drop_variables)
     ds = StoreBackendEntrypoint().open_dataset(store, drop_variables=drop_variables, **decoders)
     for variable in ds.variables.values():
