@@ -415,11 +415,12 @@ class Prefetcher:
             gen = self._gen_for.get(source.token, 0)
             self.last_policy[source.token] = str(mode[0])
         track.made(keys)
-        if views is None:
-            engine.hints.advise(source, indices)  # the disk can start on all of them
-        elif not source.is_async:  # local files: this slab's and the next's, to the page cache
+        if not source.is_async:  # local files to the page cache: this view's (read by parts until
+            # the chunks ahead are cached) and those ahead
             here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
-            engine.hints.advise(source, here + targets[: len(here)])
+            engine.hints.advise(source, here + indices)
+        elif views is None:
+            engine.hints.advise(source, indices)  # the store can start on all of them
         engine.submit(
             source, keys, Priority.SPECULATIVE, channel=f"prefetch:{source.token}",
             generation=gen, skip_taken=one_pass,

@@ -515,10 +515,6 @@ class ChunkLayout:
     def filter_mask(self, index: Sequence[int]) -> int:
         return int(self.masks[tuple(index)]) if self.layout == "chunked" else 0  # type: ignore[index]
 
-    def stored_nbytes(self, index: Sequence[int]) -> int:
-        found = self.ranges(index)
-        return 0 if found is None else sum(b - a for a, b in found)
-
     def fill(self, index: Sequence[int]) -> np.ndarray:
         """Chunk ``index`` as a chunk never written reads: the fill value."""
         shape = tuple(sl.stop - sl.start for sl in self.region(index))

@@ -638,18 +638,3 @@ def open_netcdf_tree(
             out[path] = _group_from_store(inp, sub, chunks, options, path, token)
     phony_dims_warning(store, warn)
     return out
-
-
-def group_paths(path: str | os.PathLike[str]) -> list[str]:
-    """Every group of a NetCDF/HDF5 file, the root first (``"/"``, ``"/a"``, ``"/a/b"``...),
-    as xarray's netCDF engines walk them for ``open_datatree``."""
-    from xarray.backends.common import _iter_nc_groups
-
-    inp = netcdf_input(path)
-    if inp.engine == "scipy":
-        return ["/"]
-    store, _ = open_store(inp)
-    try:
-        return list(_iter_nc_groups(store.ds))
-    finally:
-        store.close()
