@@ -244,7 +244,7 @@ class Prefetcher:
     #: slabs read ahead at most: a remote store's, a local one's (its reads take milliseconds;
     #: each slab ahead is decoded memory the view does not need yet)
     max_slabs = 4
-    max_local_slabs = 2
+    max_local_slabs = 1
     min_chunks_ahead = 16
     max_views = 16
 
