@@ -2,7 +2,7 @@
 
 - *momentum*: the last reads moved one way along one axis -> read ahead along it: velocity x
   (2 x a slab's read latency + 0.1 s) + one chunk, within half the cache headroom and
-  ``max_slabs`` (``max_local_slabs`` for local stores). A remote store whose views read parts
+  ``max_slabs`` (``local_ahead_bytes`` for local stores). A remote store whose views read parts
   of chunks gets the next *views* as parts (at most ``max_views``) and the slabs ahead as
   stored bytes; otherwise the chunks of the slabs ahead are read whole. A steady pattern
   releases the chunks it has passed from the decoded tier (:meth:`Prefetcher._release_passed`).
@@ -241,10 +241,11 @@ def _kept(reads: list[tuple[ChunkSource, SelectionPlan, float]]) -> list[tuple[s
 class Prefetcher:
     """Watches VISIBLE reads per source and queues SPECULATIVE ones."""
 
-    #: slabs read ahead at most: a remote store's, a local one's (its reads take milliseconds;
-    #: each slab ahead is decoded memory the view does not need yet)
+    #: read ahead at most: a remote store's slabs; a local store's bytes, at least one slab
+    #: (its reads take milliseconds, and each slab ahead is decoded memory the view does not
+    #: need yet: a slab of deep chunks is tens of MiB, a slab of one-frame chunks a frame)
     max_slabs = 4
-    max_local_slabs = 1
+    local_ahead_bytes = 64 << 20
     min_chunks_ahead = 16
     max_views = 16
 
@@ -466,7 +467,8 @@ class Prefetcher:
         slab = math.prod(hi - lo + 1 for lo, hi in obs.ranges)
         if policy in ("auto", "momentum"):
             # small slabs (one chunk per dask task) may run further ahead: up to 16 chunks
-            slabs = self.max_slabs if source.is_async else self.max_local_slabs
+            slabs = self.max_slabs if source.is_async else max(
+                1, self.local_ahead_bytes // max(1, slab * source.chunk_nbytes()))
             most = max(slabs, math.ceil(self.min_chunks_ahead / slab))
             slab_latency = self._engine.slab_latency(source, slab)
             found = momentum_targets(history, grid, source.chunks, slab_latency, most)
