@@ -70,6 +70,10 @@ class ReadAheadMemory:
         """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
         return key in self._table.taken
 
+    def reading(self, key: ChunkRequest) -> bool:
+        """Whether ``key`` is being read (queued or running; a hint, read without the lock)."""
+        return key in self._table._reads
+
 
 def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:
     try:

@@ -474,6 +474,8 @@ class Prefetcher:
             found = momentum_targets(history, grid, source.chunks, slab_latency, most)
             if found is not None:
                 axis, direction, targets = found
+                if not source.is_async:  # the view's own chunks whole too: read by parts till then
+                    targets = list(itertools.product(*(range(lo, hi + 1) for lo, hi in obs.ranges))) + targets
                 run = steady_steps(history)
                 steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
@@ -549,7 +551,7 @@ class Prefetcher:
             if key not in fresh:
                 continue
             whole = key.whole
-            if whole in cache or (key.part is not WHOLE and key in cache):
+            if whole in cache or (key.part is not WHOLE and key in cache) or engine.hints.reading(key):
                 continue
             if one_pass and engine.hints.recently_consumed(whole):
                 continue

@@ -186,8 +186,8 @@ class ReadTable:
         cached: Callable[[ChunkRequest], Any] | None = None,
         skip_taken: bool = False,
     ) -> dict[ChunkRequest, Any]:
-        """The read of each key: joined when in flight (a part: also when its whole chunk
-        is), else queued anew.
+        """The read of each key: joined when in flight (a part: also when its whole chunk's
+        read is running), else queued anew.
 
         ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
         the table's lock and its value returned instead of a read (a read that ended after
@@ -201,8 +201,10 @@ class ReadTable:
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
-                if read is None and key.part is not WHOLE:  # a part joins its whole chunk's read
-                    read = self._reads.get(key.whole)
+                if read is None and key.part is not WHOLE:  # a part joins its whole chunk's
+                    read = self._reads.get(key.whole)  # read once it runs (else it is quicker)
+                    if read is not None and read.state != "running":
+                        read = None
                 if read is not None and read.state in ("queued", "running"):
                     # (a part that joins its whole chunk's read keeps the chunk for the views
                     # that follow)
