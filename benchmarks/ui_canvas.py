@@ -80,7 +80,8 @@ CANVAS_MOVE = """(want) => new Promise((resolve) => {
     if (i === want) { clearTimeout(timer); window.__tse_waiter = null; finish(); }
   };
 })"""
-HANDLES = {"ipywidgets": ".widget-slider .noUi-handle", "js": ".tse-canvas-range"}
+#: the time slider's handle: the ipywidgets one (not the labels' opacity slider) or the canvas's
+HANDLES = {"ipywidgets": ".widget-slider:not(.tse-labels-opacity) .noUi-handle", "js": ".tse-canvas-range"}
 
 
 def canvas_cells(px: int, slider: str, ack: str) -> list[str]:

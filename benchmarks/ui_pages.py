@@ -167,6 +167,11 @@ def timed_moves(page: Page, handle: str, timed: str, want: Any, moves: int, warm
                       "window.__tse_marks = []; window.__tse_profile = []; }")
         page.press("ArrowRight")
         ms = page.call(timed, want(i))
+        if ms < 0 and (i == 1 or latencies and all(v < 0 for v in latencies[-2:])):
+            # the page waits 20 s for each frame that never comes: stop rather than wait out
+            # every move left
+            raise RuntimeError(f"move {i}: the page painted nothing for it (nor for the moves "
+                               f"before); is {handle!r} the slider's handle?")
         if i > warmup:
             latencies.append(ms)
         time.sleep(0.05 + rng.uniform(0, 1 / 60))

@@ -214,6 +214,7 @@ class Explorer:
         self.opacity = w.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.05, description="labels",
                                      readout_format=".2f", style={"description_width": "initial"},
                                      layout=w.Layout(width="210px", flex="0 0 auto", display="none"))
+        self.opacity.add_class("tse-labels-opacity")  # not a dimension's slider (tests find those)
         # the range fields the user sees are in the canvas, beside the histogram (filled from
         # each frame: no message of their own); clim_lo / clim_hi are their kernel side
         self.colour = ExplorerColour(self, w, clim)
