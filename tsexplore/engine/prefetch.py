@@ -42,6 +42,9 @@ from .types import STORED, WHOLE, ChunkRequest, Priority
 #: equal steps the same way that make a pattern steady: one guess is always allowed then,
 #: and a whole view's worth (or slab's) after one more
 STEADY = 3
+#: equal steps of one element (a slider's arrow key, play) that make a pattern steady at once:
+#: random jumps almost never make two in a row
+UNIT_STEADY = 2
 #: seconds the engine's thread waits after a read answered from the cache before it plans from
 #: the reads answered meanwhile: one wake-up for all of them (each keeps the time it was
 #: answered); a drain takes the GIL from the reader, and read-ahead horizons are 100 ms and more
@@ -477,7 +480,10 @@ class Prefetcher:
                 if not source.is_async:  # the view's own chunks whole too: read by parts till then
                     targets = list(itertools.product(*(range(lo, hi + 1) for lo, hi in obs.ranges))) + targets
                 run = steady_steps(history)
-                steady = 0 if run < STEADY else (1 if run == STEADY else slab)
+                if abs(obs.lo[axis] - history[-2].lo[axis]) == 1 and run >= UNIT_STEADY:
+                    steady = slab
+                else:
+                    steady = 0 if run < STEADY else (1 if run == STEADY else slab)
                 views = None
                 if key is not None and source.is_async and any(
                         r.part is not WHOLE for r in plan_requests(plan, source)):
