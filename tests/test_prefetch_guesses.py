@@ -127,6 +127,23 @@ def test_play_decodes_ahead_only_what_it_shows(cube) -> None:  # type: ignore[no
     assert snap.hits + snap.joined >= 0.8 * 128 * 4, snap
 
 
+def test_steps_of_one_frame_make_play_steady_at_its_third_frame(cube) -> None:  # type: ignore[no-untyped-def]
+    """Two steps of one frame (play, a slider's arrow key) start the read-ahead at once; two
+    steps of two frames are not yet a pattern (random jumps make such pairs by chance)."""
+    path, values = cube
+    da = tse.open_dataset(path)["temp"]
+    for t in (0, 2, 4):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        time.sleep(0.05)
+    time.sleep(0.2)  # the engine's thread has planned from every read
+    assert tse.stats().speculative_reads == 0
+    for t in (64, 65, 66):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert tse.stats().speculative_reads >= 4  # at least a chunk-row of 2 x 2 chunks
+
+
 def test_play_keeps_only_the_chunks_around_the_view_decoded(cube) -> None:  # type: ignore[no-untyped-def]
     """Once play is a steady pattern, the chunks it has passed leave the decoded tier (their
     buffers decode the chunks ahead): a second loop decodes them again, from a local store's
