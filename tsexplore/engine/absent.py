@@ -4,7 +4,7 @@ The Zarr spec, zarr-python and xarray read a chunk the store does not have as th
 (zarr writes no chunk equal to it), so a sparse store is ordinary. The engine does the same
 for sources built with ``missing="fill"`` (the default), counts each one (``missing_filled``)
 and remembers which chunks were absent, so the chunk map can show them as absent rather than
-as data (:class:`~tsexplore.engine.pipeline.ReadPipeline` fills and records them).
+as data (the check stage of :mod:`~tsexplore.engine.execute` fills and records them).
 ``missing="raise"`` keeps the :class:`~tsexplore.errors.MissingChunkError`.
 """
 
