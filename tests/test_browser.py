@@ -276,6 +276,7 @@ def _check_themes(page, execute, n):
     page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.theme === 'light'")
     ratio, bg = _axis_contrast(page, n)
     assert ratio >= MIN_CONTRAST and bg.min() > 200, (ratio, bg)
+    measured = {"light": {"contrast": round(ratio, 2), "background": bg.tolist()}}
     page.screenshot(path=str(ARTIFACTS / "theme_light.png"))
     page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'}); }")
     page.wait_for_function(f"() => document.querySelectorAll('.tse-canvas')[{n}].dataset.theme === 'dark'",
@@ -283,6 +284,8 @@ def _check_themes(page, execute, n):
     page.wait_for_timeout(1500)  # the theme's stylesheet settles; the views draw again
     ratio, bg = _axis_contrast(page, n)
     assert ratio >= MIN_CONTRAST and bg.max() < 80, (ratio, bg)
+    measured["dark"] = {"contrast": round(ratio, 2), "background": bg.tolist()}
+    (ARTIFACTS / "theme_contrast.json").write_text(json.dumps(measured, indent=1))
     page.screenshot(path=str(ARTIFACTS / "theme_dark.png"))
     theme = json.loads(execute(page, "print(json.dumps(ex.canvas.theme))"))
     assert theme["dark"] is True
