@@ -71,8 +71,8 @@ class ReadAheadMemory:
         return key in self._table.taken
 
     def reading(self, key: ChunkRequest) -> bool:
-        """Whether ``key`` is being read (queued or running; a hint, read without the lock)."""
-        return key in self._table._reads
+        """Whether ``key`` is being read (queued or running; a hint, without the lock)."""
+        return self._table.reading(key)
 
 
 def _advise_quietly(source: ChunkSource, indices: list[ChunkIndex]) -> None:

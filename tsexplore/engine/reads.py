@@ -290,6 +290,11 @@ class ReadTable:
             read = self._reads.get(key)
             return read if read is not None and read.state in ("queued", "running") else None
 
+    def reading(self, key: ChunkRequest) -> bool:
+        """Whether ``key`` is queued or running, read without the lock: a hint for guesses
+        (only queued and running reads are in the table)."""
+        return key in self._reads
+
     def take_prefetched(self, key: ChunkRequest) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
         if key not in self.prefetched:
