@@ -76,10 +76,11 @@ class Guesses:
             outstanding = sum(1 for _, _, key in self._pending if unused(key))
             return max(int(steady), self.allowance - outstanding)
 
-    def fresh(self, keys: Iterable[Hashable]) -> list[Hashable]:
-        """``keys`` not guessed already (still pending)."""
-        with self._lock:
-            return [k for k in keys if k not in self._keys]
+    def guessed(self, key: Hashable) -> bool:
+        """Whether ``key`` was guessed already (still pending; a set look-up, without the
+        lock: a guess made meanwhile is at worst asked for twice, and the read table joins
+        the two)."""
+        return key in self._keys
 
     def made(self, keys: Iterable[Hashable]) -> None:
         """Record guesses just issued."""

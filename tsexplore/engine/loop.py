@@ -159,9 +159,10 @@ class IOLoop:
 
     def share(self, jobs: list[Any], run: Callable[[Any], T], timeout: float) -> list[T]:
         """``run(job)`` of each job, in order: this thread and the read threads free
-        meanwhile take jobs in turn until none is left; this thread then waits (at most
-        ``timeout`` seconds) only for the jobs a read thread took, which are running, and
-        raises what one of them raised. A read thread that starts late finds nothing left."""
+        meanwhile (no more threads than cores) take jobs in turn until none is left; this
+        thread then waits (at most ``timeout`` seconds) only for the jobs a read thread took,
+        which are running, and raises what one of them raised. A read thread that starts
+        late finds nothing left."""
         if len(jobs) < 2 or self.closed:
             return [run(job) for job in jobs]
         queue = collections.deque(enumerate(jobs))
@@ -189,7 +190,7 @@ class IOLoop:
                     ended.release()
 
         context = contextvars.copy_context()
-        for _ in range(min(len(jobs), self.threads) - 1):
+        for _ in range(min(len(jobs), self.cpus) - 1):  # more would wait for a core
             self.submit(lambda: context.copy().run(take))
         take()
         deadline = time.monotonic() + timeout

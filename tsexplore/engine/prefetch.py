@@ -543,18 +543,18 @@ class Prefetcher:
         bounds = self._bounds.get(token)
         if bounds is not None:
             targets = [t for t in targets if all(lo <= i <= hi for i, (lo, hi) in zip(t, bounds))]
+        named: Iterable[ChunkRequest]
         if views is None:
-            named = [ChunkRequest(token, tuple(t)) for t in targets]
+            named = (ChunkRequest(token, tuple(t)) for t in targets)
         else:  # the next views (as parts); the slabs ahead only as stored bytes (remote)
-            named = [r for view in views for r in view]
+            named = itertools.chain.from_iterable(views)
             if source.is_async:
-                named += [r for r in (ChunkRequest(token, tuple(t), STORED) for t in targets) if r not in cache]
-        fresh = set(track.fresh(named))  # not guessed already (one lock)
+                named = itertools.chain(named, (ChunkRequest(token, tuple(t), STORED) for t in targets))
         keys: list[ChunkRequest] = []
-        for key in named:
+        for key in named:  # made as needed: the scan stops once the room is used
             if len(keys) >= room:
                 break
-            if key not in fresh:
+            if track.guessed(key):
                 continue
             whole = key.whole
             if whole in cache or (key.part is not WHOLE and key in cache) or engine.hints.reading(key):

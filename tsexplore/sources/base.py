@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import operator
 import types
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +162,8 @@ class ChunkSource:
 
     def chunk_shape(self, index: ChunkIndex) -> tuple[int, ...]:
         """Shape of chunk ``index`` once trimmed to the array's edge."""
-        return tuple(sl.stop - sl.start for sl in self.chunk_slices(index))
+        self.check_index(index)
+        return tuple([min(c, s - i * c) for i, c, s in zip(index, self.chunks, self.shape)])
 
     def chunk_nbytes(self, index: ChunkIndex | None = None) -> int:
         """Decoded size of a chunk (of a full interior chunk when ``index`` is None)."""
@@ -170,7 +172,7 @@ class ChunkSource:
 
     def check_index(self, index: ChunkIndex) -> None:
         grid = self.grid_shape
-        if len(index) != len(grid) or any(not 0 <= i < g for i, g in zip(index, grid)):
+        if len(index) != len(grid) or not all(map(operator.lt, index, grid)) or (index and min(index) < 0):
             raise IndexingError(
                 f"chunk index {tuple(index)} is outside the chunk grid {grid} of {self!r}"
             )

@@ -19,7 +19,7 @@ entry it needs to say so (:class:`NeedAux`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ChunkIndex = tuple[int, ...]
@@ -27,14 +27,21 @@ ChunkIndex = tuple[int, ...]
 Box = tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Whole:
-    """The whole chunk, decoded."""
+    """The whole chunk, decoded. One instance, :data:`WHOLE` (compared by identity)."""
+
+    def __reduce__(self) -> str:
+        return "WHOLE"  # unpickled as the one instance
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Stored:
-    """The chunk's bytes as stored (kept in the encoded tier; decoded by later reads)."""
+    """The chunk's bytes as stored (kept in the encoded tier; decoded by later reads). One
+    instance, :data:`STORED` (compared by identity)."""
+
+    def __reduce__(self) -> str:
+        return "STORED"  # unpickled as the one instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +56,34 @@ STORED = Stored()
 Part = Whole | Blocks | Stored
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ChunkRequest:
-    """One read: chunk ``index`` of the array whose token is ``array``, and what of it."""
+    """One read: chunk ``index`` of the array whose token is ``array``, and what of it.
+
+    Its hash is worked out once: a request keys the cache, the read table and the
+    prefetcher's records, each of which hashes it again."""
 
     array: str
     index: ChunkIndex
     part: Part = WHOLE
+    _hash: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.array, self.index, self.part)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not ChunkRequest:
+            return NotImplemented
+        return (self._hash == other._hash and self.array == other.array  # type: ignore[attr-defined]
+                and self.index == other.index and self.part == other.part)  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ChunkRequest, (self.array, self.index, self.part)
 
     @property
     def whole(self) -> ChunkRequest:

@@ -21,6 +21,7 @@ zarr (``layout_from_zarr`` returns None).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,14 +52,14 @@ class ShardLayout:
     index_at_start: bool
     inner_chain: CodecChain
 
-    @property
+    @functools.cached_property
     def chunks_per_shard(self) -> tuple[int, ...]:
         return tuple(s // c for s, c in zip(self.shard_shape, self.inner_shape))
 
     def shard_of(self, index: ChunkIndex) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(shard coordinates, coordinates inside the shard) of inner chunk ``index``."""
         cps = self.chunks_per_shard
-        return tuple(i // n for i, n in zip(index, cps)), tuple(i % n for i, n in zip(index, cps))
+        return tuple([i // n for i, n in zip(index, cps)]), tuple([i % n for i, n in zip(index, cps)])
 
     def index_range(self) -> ByteRange:
         n = self.index_nbytes
@@ -79,7 +80,7 @@ class ShardLayout:
             return NeedAux(key, shard_key(shard), self.index_range())
         if table.size == 0:
             return Located(None)  # the shard is absent
-        off, n = (int(v) for v in table[inner])
+        off, n = table[inner].tolist()
         if off == MAX_UINT64:
             return Located(None)
         return Located(shard_key(shard), (ByteRange(off, off + n),))

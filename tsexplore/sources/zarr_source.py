@@ -48,6 +48,9 @@ from .zarr_meta import (
 
 __all__ = ["STORE_PROTOCOLS", "ZarrSource", "close_async_fs", "open_node", "open_zarr_group"]
 
+#: store keys of chunks (or shards) remembered per source before the memo starts over
+KEYS_KEPT = 65536
+
 
 class Where:
     """Names a chunk of a source in an error message, formatted only when one is raised."""
@@ -94,6 +97,7 @@ class ZarrSource(ChunkSource):
         self._store_dtype = described.store_dtype
         meta = array.metadata
         self._meta = meta
+        self._keys: dict[tuple[int, ...], str] = {}  # store keys of chunks and shards, as made
         self.chunks = tuple(int(c) for c in array.chunks)
         self._shard_shape = array.shards  # sharded: chunk keys name the shards
         self.fill_value = absent_fill(array, self.dtype)
@@ -155,8 +159,15 @@ class ZarrSource(ChunkSource):
 
     # -- keys -------------------------------------------------------------------------------
     def _key(self, index: tuple[int, ...]) -> str:
-        key = self._meta.encode_chunk_key(tuple(index))
-        return f"{self.path}/{key}" if self.path else key
+        keys = self._keys
+        found = keys.get(index)
+        if found is None:
+            key = self._meta.encode_chunk_key(tuple(index))
+            found = f"{self.path}/{key}" if self.path else key
+            if len(keys) >= KEYS_KEPT:
+                keys.clear()
+            keys[index] = found
+        return found
 
     def chunk_key(self, index: ChunkIndex) -> str:
         """The store key of the object holding chunk ``index`` (for sharded arrays, the key of
@@ -214,9 +225,19 @@ class ZarrSource(ChunkSource):
     def _decode_whole(self, buf: Any, index: ChunkIndex) -> np.ndarray:
         assert self.chain is not None
         arr = self.chain.decode(buf, self.chunks, Where(self, tuple(index)))
-        if any((i + 1) * c > n for i, c, n in zip(index, self.chunks, self.shape)):  # an edge
+        if any(index[d] == last for d, last in self._short_edges()):  # an edge chunk
             arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in self.chunk_shape(index))])
         return arr
+
+    def _short_edges(self) -> list[tuple[int, int]]:
+        """(dimension, index of its last chunk) where that chunk is cut short by the array's
+        edge (worked out again when the shape or the chunks are replaced)."""
+        shape, chunks = self.shape, self.chunks
+        found = self.__dict__.get("_edges")
+        if found is None or found[0] is not shape or found[1] is not chunks:
+            edges = [(d, n // c) for d, (c, n) in enumerate(zip(chunks, shape)) if n % c]
+            found = self.__dict__["_edges"] = (shape, chunks, edges)
+        return found[2]  # type: ignore[no-any-return]
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
         """Local stores: ask the kernel to start reading these chunk files (or the shards
