@@ -497,9 +497,11 @@ async def _fetch_async(store: Any, group: FetchGroup, io: IOLoop, ctx: EngineCon
         group.fail(exc)
 
 
-def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext) -> list[Job]:
+def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext,
+             threads: int | None = None) -> list[Job]:
     """Drive ``gen`` in the calling thread: blocking fetches, decoding shared with the read
-    threads free meanwhile (a remote fetch or a read on an event loop waits for the loop)."""
+    threads free meanwhile, ``threads`` in all at most (default: every read thread; a remote
+    fetch or a read on an event loop waits for the loop)."""
     timeout = ctx.settings.wait_timeout
     op: Any = None
     try:
@@ -521,7 +523,7 @@ def run_here(gen: Generator[Op, None, list[Job]], io: IOLoop, ctx: EngineContext
                 io.run_coroutine(_await_all(io, op), timeout)
             elif isinstance(op, Work):
                 work: Callable[[list[Job]], None] = functools.partial(_run_all, op.fn)
-                io.share(_split(op.jobs, io.cpus), work, timeout)
+                io.share(_split(op.jobs, io.cpus), work, timeout, threads)
             else:
                 cf.wait(op.futures, timeout)
             op = gen.send(None)

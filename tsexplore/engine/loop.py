@@ -157,12 +157,13 @@ class IOLoop:
 
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _get_loop()))
 
-    def share(self, jobs: list[Any], run: Callable[[Any], T], timeout: float) -> list[T]:
+    def share(self, jobs: list[Any], run: Callable[[Any], T], timeout: float,
+              most: int | None = None) -> list[T]:
         """``run(job)`` of each job, in order: this thread and the read threads free
-        meanwhile (no more threads than cores) take jobs in turn until none is left; this
-        thread then waits (at most ``timeout`` seconds) only for the jobs a read thread took,
-        which are running, and raises what one of them raised. A read thread that starts
-        late finds nothing left."""
+        meanwhile (``most`` threads in all, default every read thread) take jobs in turn until
+        none is left; this thread then waits (at most ``timeout`` seconds) only for the jobs a
+        read thread took, which are running, and raises what one of them raised. A read
+        thread that starts late finds nothing left."""
         if len(jobs) < 2 or self.closed:
             return [run(job) for job in jobs]
         queue = collections.deque(enumerate(jobs))
@@ -190,7 +191,7 @@ class IOLoop:
                     ended.release()
 
         context = contextvars.copy_context()
-        for _ in range(min(len(jobs), self.cpus) - 1):  # more would wait for a core
+        for _ in range(min(len(jobs), most or self.threads) - 1):
             self.submit(lambda: context.copy().run(take))
         take()
         deadline = time.monotonic() + timeout

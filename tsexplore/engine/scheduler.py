@@ -329,7 +329,12 @@ class Engine:
         try:
             gen = execute(source, [r.key for r in reads], self.services)
             if not (source.is_async or source.awaits):  # fetched and decoded in one trip to a read thread
-                jobs = await self._io.to_thread(run_here, gen, self._io, self.context)
+                # a batch nobody waits for shares its decoding with no more threads than
+                # cores (the other read threads run batches of their own); one a reader waits
+                # for, with every read thread free
+                visible = any(r.priority is Priority.VISIBLE for r in reads)
+                threads = None if visible else self._io.cpus
+                jobs = await self._io.to_thread(run_here, gen, self._io, self.context, threads)
             else:
                 jobs = await run_on_loop(gen, self._io, self.context)
         except asyncio.CancelledError:
