@@ -284,6 +284,8 @@ class Prefetcher:
         finally:
             with self._lock:
                 self._bounds.pop(source.token, None)
+                # reads answered inside and not planned from yet would plan unbounded
+                self._pending = [read for read in self._pending if read[0].token != source.token]
 
     def following(self, source: ChunkSource) -> bool:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
