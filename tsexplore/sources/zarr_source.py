@@ -225,19 +225,10 @@ class ZarrSource(ChunkSource):
     def _decode_whole(self, buf: Any, index: ChunkIndex) -> np.ndarray:
         assert self.chain is not None
         arr = self.chain.decode(buf, self.chunks, Where(self, tuple(index)))
-        if any(index[d] == last for d, last in self._short_edges()):  # an edge chunk
-            arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in self.chunk_shape(index))])
+        trimmed = self.chunk_shape(index)
+        if trimmed != self.chunks:  # an edge chunk
+            arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
         return arr
-
-    def _short_edges(self) -> list[tuple[int, int]]:
-        """(dimension, index of its last chunk) where that chunk is cut short by the array's
-        edge (worked out again when the shape or the chunks are replaced)."""
-        shape, chunks = self.shape, self.chunks
-        found = self.__dict__.get("_edges")
-        if found is None or found[0] is not shape or found[1] is not chunks:
-            edges = [(d, n // c) for d, (c, n) in enumerate(zip(chunks, shape)) if n % c]
-            found = self.__dict__["_edges"] = (shape, chunks, edges)
-        return found[2]  # type: ignore[no-any-return]
 
     def advise(self, indices: Sequence[ChunkIndex]) -> None:
         """Local stores: ask the kernel to start reading these chunk files (or the shards
