@@ -267,7 +267,7 @@ def test_a_drain_due_while_the_engine_closes_does_nothing() -> None:
     now = time.monotonic()
     engine.prefetcher._pending = [
         (source, plan_selection((t, every, every), source.shape, source.chunks), False,
-         (t, every, every), now + t * 0.01)
+         (t, every, every), now + t * 0.01, None)
         for t in range(4)
     ]
     engine.close()
@@ -277,3 +277,54 @@ def test_a_drain_due_while_the_engine_closes_does_nothing() -> None:
 
     asyncio.run(due())
     assert engine.prefetcher._pending  # nothing was taken
+
+
+def test_a_drain_that_plans_while_a_bounded_reduction_ends_stays_in_its_bounds() -> None:
+    """A read answered inside :meth:`Prefetcher.bounded` keeps those bounds when the engine's
+    thread plans from it after the bounded reader has left: a drain that took the read just
+    before the reduction ended guessed past its last chunk (one chunk too many, now and then,
+    in a reduction over a selection)."""
+    import threading
+
+    from tsexplore.engine.array import read_selection
+    from tsexplore.engine.planning import plan_selection
+    from tsexplore.engine.scheduler import Engine
+
+    source = SyntheticSource((64, 8, 8), chunks=(1, 8, 8), name="bounded-drain")
+    engine = Engine()
+    pf = engine.prefetcher
+    every = slice(None)
+    try:
+        for t in range(8):  # cached, unobserved: the reads below are answered from the cache
+            read_selection(source, (t, every, every), observe=False, engine=engine)
+        planning, ended, done = threading.Event(), threading.Event(), threading.Event()
+        chosen: list[list[ChunkRequest]] = []
+        targets, select = pf._targets, pf._select
+
+        def held_targets(*args, **kwargs):  # type: ignore[no-untyped-def]
+            planning.set()
+            ended.wait(30)  # the bounded reader leaves while the drain plans
+            return targets(*args, **kwargs)
+
+        def recorded_select(*args, **kwargs):  # type: ignore[no-untyped-def]
+            chosen.append(select(*args, **kwargs))
+            done.set()
+            return chosen[-1]
+
+        pf._targets, pf._select = held_targets, recorded_select  # type: ignore[method-assign]
+        now = time.monotonic()
+        with pf.bounded(source, ((0, 7), (0, 0), (0, 0))):
+            for t in range(7):  # a steady play of frames 0..6, 30 frames a second
+                pf._record(source, plan_selection((t, every, every), source.shape, source.chunks),
+                           now - (7 - t) / 30)
+            read_selection(source, (7, every, every), engine=engine)  # a hit: planned on the loop
+            assert planning.wait(30)
+        ended.set()
+        assert done.wait(30)
+        beyond = [k.index for keys in chosen for k in keys if k.index[0] > 7]
+        assert not beyond, beyond
+        # the next frame's plan, made outside any bounds, guesses past frame 7
+        guessed = pf.observe(source, plan_selection((8, every, every), source.shape, source.chunks))
+        assert guessed and max(i[0] for i in guessed) > 7, guessed
+    finally:
+        engine.close()

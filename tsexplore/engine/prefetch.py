@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -49,6 +49,23 @@ UNIT_STEADY = 2
 #: the reads answered meanwhile: one wake-up for all of them (each keeps the time it was
 #: answered); a drain takes the GIL from the reader, and read-ahead horizons are 100 ms and more
 DRAIN_DELAY = 0.01
+
+
+
+class Within(NamedTuple):
+    """What a bounded reader (a reduction over a selection) announced: the chunk box its
+    reads stay in, and the chunks it has read so far (it reads each once: a guess of one
+    it took is decoded for nobody, even when the pattern it reads in points back at it)."""
+
+    ranges: tuple[tuple[int, int], ...]
+    taken: set[ChunkIndex]
+
+    def admits(self, index: ChunkIndex) -> bool:
+        return index not in self.taken and all(lo <= i <= hi for i, (lo, hi) in zip(index, self.ranges))
+
+
+#: :meth:`Prefetcher.observe`'s default bounds: the source's at the time of the call
+NOW = object()
 #: views a source's history keeps (the momentum and neighbourhood patterns look at the last few)
 HISTORY = 8
 #: the allowance each policy starts with (momentum earns its own; a pan is a clear signal)
@@ -266,19 +283,21 @@ class Prefetcher:
         #: per source, where a steady pattern's release of passed chunks stopped:
         #: ``(axis, direction, chunk index)``
         self._passed: dict[str, tuple[int, int, int]] = {}
-        #: per source, the chunk box a reader announced it reads within (guesses stay in it)
-        self._bounds: dict[str, tuple[tuple[int, int], ...]] = {}
+        #: per source, what a bounded reader announced (guesses stay in its box)
+        self._bounds: dict[str, Within] = {}
 
-        #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread
-        self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any, float]] = []
+        #: reads answered from the cache, waiting for :meth:`_drain` on the engine's thread,
+        #: each with the bounds its source had when it was answered
+        self._pending: list[tuple[ChunkSource, SelectionPlan, bool, Any, float, Within | None]] = []
         self._draining = False  # a drain is scheduled on the engine's thread
 
     @contextlib.contextmanager
     def bounded(self, source: ChunkSource, ranges: tuple[tuple[int, int], ...]) -> Iterator[None]:
         """While inside, guesses of ``source``'s chunks stay within ``ranges`` (first, last
-        chunk per axis): a reduction over a selection announces where its reads end."""
+        chunk per axis) and leave out the chunks read inside: a reduction over a selection
+        announces where its reads end, and reads each chunk once."""
         with self._lock:
-            self._bounds[source.token] = tuple(ranges)
+            self._bounds[source.token] = Within(tuple(ranges), set())
         try:
             yield
         finally:
@@ -311,9 +330,11 @@ class Prefetcher:
         come faster share one wake-up of it (waking it costs the reader more than answering
         from the cache does), and only the newest pending read of a source plans; the ones
         before it are recorded in the history (the pattern is learnt from all of them)."""
-        read = (source, plan, one_pass, key, time.monotonic())  # when it was answered
-        with self._lock:
-            self._pending.append(read)
+        with self._lock:  # when it was answered, and within which bounds
+            within = self._bounds.get(source.token)
+            if within is not None:
+                within.taken.update(plan.indices)
+            self._pending.append((source, plan, one_pass, key, time.monotonic(), within))
             if self._draining:
                 return  # a drain is on its way
             self._draining = True
@@ -383,6 +404,7 @@ class Prefetcher:
         one_pass: bool = False,
         key: tuple[object, ...] | None = None,
         when: float | None = None,
+        bounds: Within | None | object = NOW,
     ) -> list[ChunkIndex]:
         """Record a read and queue what the access pattern predicts; returns it.
 
@@ -390,7 +412,15 @@ class Prefetcher:
         readers already took are not read ahead again. ``key``: the selection read (its next
         views are read ahead as parts when it read parts of chunks). ``when``: the time the
         read was answered (default now; a drain passes the time each read was queued).
+        ``bounds``: what the reader announced (default: :meth:`bounded`'s now; a drain
+        passes what each read was answered within, so a drain that plans while a bounded
+        reduction ends still plans inside it).
         """
+        if bounds is NOW:
+            with self._lock:
+                bounds = self._bounds.get(source.token)
+                if bounds is not None:
+                    cast(Within, bounds).taken.update(plan.indices)
         self._flush()
         history = self._record(source, plan, when)
         if history is None:
@@ -410,7 +440,7 @@ class Prefetcher:
             self._release_passed(source, history, mode[1], mode[2])  # type: ignore[arg-type]
         track = self.guesses(source, str(mode[0]))
         room = min(track.room(steady, unused), max(0, engine.cache.headroom // 2) // max(1, source.chunk_nbytes()))
-        keys = self._select(source, track, targets, views, one_pass, room)
+        keys = self._select(source, track, targets, views, one_pass, room, cast("Within | None", bounds))
         if not keys:
             return []
         indices = [k.index for k in keys]
@@ -538,13 +568,12 @@ class Prefetcher:
         views: list[list[ChunkRequest]] | None,
         one_pass: bool,
         room: int,
+        bounds: Within | None,
     ) -> list[ChunkRequest]:
-        """The guesses to make now: at most ``room``, none cached or already guessed."""
+        """The guesses to make now: at most ``room``, none cached or already guessed, all
+        admitted by ``bounds`` when given."""
         engine, cache = self._engine, self._engine.cache
         token = source.token
-        bounds = self._bounds.get(token)
-        if bounds is not None:
-            targets = [t for t in targets if all(lo <= i <= hi for i, (lo, hi) in zip(t, bounds))]
         named: Iterable[ChunkRequest]
         if views is None:
             named = (ChunkRequest(token, tuple(t)) for t in targets)
@@ -556,7 +585,7 @@ class Prefetcher:
         for key in named:  # made as needed: the scan stops once the room is used
             if len(keys) >= room:
                 break
-            if track.guessed(key):
+            if track.guessed(key) or (bounds is not None and not bounds.admits(key.index)):
                 continue
             whole = key.whole
             if whole in cache or (key.part is not WHOLE and key in cache) or engine.hints.reading(key):
