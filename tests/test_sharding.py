@@ -1,7 +1,9 @@
 """Sharded Zarr read natively, and the engine's batches of reads of one shard.
 
 The truth is what zarr-python reads from the same store (its own sharding codec), and the
-NumPy data written. Batches are checked with a fake source that records what it is handed.
+NumPy data written. Local stores are read by units of inner chunks; the inner grid (what
+remote stores read) is forced with ``UNIT_BYTES = 0``: the ``grid`` fixture runs a test on
+both. Batches are checked with a fake source that records what it is handed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,21 @@ from tsexplore.engine import Engine, Priority
 from tsexplore.errors import CorruptChunkError, MissingChunkError, RequestCancelledError
 from tsexplore.sources import SyntheticSource
 from tsexplore.sources.bytes import ByteRange, coalesce
+from tsexplore.sources import sharding
 from tsexplore.sources.sharding import MAX_UINT64, layout_from_zarr
 from tsexplore.xarray import sources_of
 
 SHAPE = (8, 48, 40)  # shards 4 x 16 x 16 (edge shards along y and x), inner 1 x 8 x 8
+SHARDS = 2 * 3 * 3
+
+
+@pytest.fixture(params=["units", "inner"])
+def grid(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """"units": a local store's units (here a whole 4 x 16 x 16 shard each); "inner": the
+    inner grid, as remote stores read it."""
+    if request.param == "inner":
+        monkeypatch.setattr(sharding, "UNIT_BYTES", 0)
+    return str(request.param)
 
 
 def _write(path: Path, index_location: str = "end", inner: tuple[int, ...] = (1, 8, 8),
@@ -43,25 +56,26 @@ def _write(path: Path, index_location: str = "end", inner: tuple[int, ...] = (1,
 
 
 @pytest.mark.parametrize("where", ["end", "start"])
-def test_sharded_equals_zarr_and_reads_each_index_once(tmp_path: Path, where: str) -> None:
+def test_sharded_equals_zarr_and_reads_each_index_once(tmp_path: Path, where: str, grid: str) -> None:
     path = tmp_path / "s.zarr"
     values = _write(path, where)
     ds = tse.open_dataset(path)
     (src,) = sources_of(ds["data"])
-    assert src.decoder == "tsexplore-sharded" and src.chunks == (1, 8, 8)
+    assert src.decoder == "tsexplore-sharded"
+    assert src.chunks == ((4, 16, 16) if grid == "units" else (1, 8, 8))
     np.testing.assert_array_equal(ds["data"].values, zarr.open_array(str(path))[...])
     np.testing.assert_array_equal(ds["data"].values, values)
     snap = tse.stats()
-    nshards = 2 * 3 * 3
+    nshards = SHARDS
     assert snap.index_reads == nshards  # once each, although 8 x 6 x 5 inner chunks were read
-    assert snap.reads == 8 * 6 * 5
+    assert snap.reads == (nshards if grid == "units" else 8 * 6 * 5)
     # one range per shard for its index and at most a few for its (adjacent) inner chunks
     assert nshards < snap.range_requests <= 3 * nshards
     keys = [k for k in tse.get_engine().cache.keys() if getattr(k, "kind", None) == "index"]
     assert len(keys) == nshards
 
 
-def test_shard_index_counts_in_the_cache_budget_and_is_read_again_when_evicted(tmp_path: Path) -> None:
+def test_shard_index_counts_in_the_cache_budget_and_is_read_again_when_evicted(tmp_path: Path, grid: str) -> None:
     path = tmp_path / "s.zarr"
     values = _write(path)
     tse.config.set(cache_bytes=64 * 1024)  # far less than the array (61 KiB decoded)
@@ -73,7 +87,7 @@ def test_shard_index_counts_in_the_cache_budget_and_is_read_again_when_evicted(t
     assert snap.index_reads >= 9  # evicted indexes are read again, never served stale
 
 
-def test_absent_inner_chunks_fill_and_raise_when_strict(tmp_path: Path) -> None:
+def test_absent_inner_chunks_fill_and_raise_when_strict(tmp_path: Path, grid: str) -> None:
     path = tmp_path / "s.zarr"
     values = np.random.default_rng(1).standard_normal(SHAPE).astype("float32")
     values[0, :8, :8] = 7.0  # an inner chunk equal to the fill value: zarr leaves it out
@@ -83,7 +97,8 @@ def test_absent_inner_chunks_fill_and_raise_when_strict(tmp_path: Path) -> None:
     assert layout is not None
     ds = tse.open_dataset(path)
     np.testing.assert_array_equal(ds["data"].values, values)
-    assert tse.stats().missing_filled == 1 + 4 * 6 * 5
+    # counted per chunk of the grid the store lacks: a unit partly stored is not counted
+    assert tse.stats().missing_filled == (SHARDS // 2 if grid == "units" else 1 + 4 * 6 * 5)
     tse.close()
     strict = tse.open_dataset(path, missing="raise")
     np.testing.assert_array_equal(strict["data"][0, 8:16, :8].values, values[0, 8:16, :8])
@@ -98,7 +113,7 @@ def _shard_file(path: Path) -> Path:
     return path / "c" / "0" / "0" / "0"
 
 
-def test_flipped_byte_in_the_index_is_a_checksum_error(tmp_path: Path) -> None:
+def test_flipped_byte_in_the_index_is_a_checksum_error(tmp_path: Path, grid: str) -> None:
     path = tmp_path / "s.zarr"
     _write(path)
     f = _shard_file(path)
@@ -113,7 +128,7 @@ def test_flipped_byte_in_the_index_is_a_checksum_error(tmp_path: Path) -> None:
                                   zarr.open_array(str(path))[0, 16:24, :8])
 
 
-def test_truncated_shard_is_corrupt_not_wrong(tmp_path: Path) -> None:
+def test_truncated_shard_is_corrupt_not_wrong(tmp_path: Path, grid: str) -> None:
     path = tmp_path / "s.zarr"
     _write(path, "start")  # the index stays whole; the chunks it points to are cut off
     f = _shard_file(path)
@@ -281,6 +296,7 @@ def test_a_batch_of_inner_chunks_decodes_in_jobs_over_the_read_threads(tmp_path:
     from tsexplore.sources.zarr_source import ZarrSource
 
     path = tmp_path / "s.zarr"
+    monkeypatch.setattr(sharding, "UNIT_BYTES", 0)  # the inner grid (a frame's 16 inner chunks)
     values = _write(path, inner=(1, 4, 4))  # a shard's frame: 4 x 4 inner chunks
     threads: list[str] = []
     decode = ZarrSource.decode

@@ -2,7 +2,7 @@
 
 A selection plan gives, for each chunk it touches, the chunk-local selection. When the source
 reads parts of chunks from their blosc blocks (``source.blocks``) and the selection's bounding
-*box* in a chunk needs few of the chunk's blocks (``blocks.worth(box)``: a frame of a deep
+*box* in a chunk needs few of the chunk's blocks (``blocks.worth(box, shape)``: a frame of a deep
 chunk, a few rows, a pixel's profile), the request is a :class:`~.types.Blocks` part of the
 chunk instead of the whole chunk. Parts go through the same read table and pipeline as whole
 chunks, with four differences: a part is answered by its whole chunk when that is cached, and
@@ -42,12 +42,16 @@ def plan_requests(plan: SelectionPlan, source: ChunkSource, parts: bool = True) 
     blocks = source.blocks
     if blocks is None or not parts or not plan.dims:
         return [ChunkRequest(token, index) for index in plan.indices]
-    per_dim = [[extent(p[1]) for p in d.pieces] for d in plan.dims]
+    # per piece: its box along the dimension, and the chunk's length there (edge chunks trimmed)
+    per_dim = [[(extent(p[1]), min(c, n - p[0] * c)) for p in d.pieces]
+               for d, c, n in zip(plan.dims, source.chunks, source.shape)]
     worth = blocks.worth
-    return [
-        ChunkRequest(token, index, Blocks(box)) if worth(box) else ChunkRequest(token, index)
-        for index, box in zip(plan.indices, itertools.product(*per_dim))
-    ]
+    out = []
+    for index, pieces in zip(plan.indices, itertools.product(*per_dim)):
+        box = tuple([p[0] for p in pieces])
+        out.append(ChunkRequest(token, index, Blocks(box)) if worth(box, tuple([p[1] for p in pieces]))
+                   else ChunkRequest(token, index))
+    return out
 
 
 def shift(local: tuple[Any, ...], box: Box) -> tuple[Any, ...]:

@@ -72,8 +72,9 @@ class BloscBlocks:
         return math.prod(self.shape) * self.dtype.itemsize
 
     # -- planning ----------------------------------------------------------------------------
-    def worth(self, box: Box) -> bool:
-        """Whether decoding only ``box`` of a chunk pays (few of its blocks)."""
+    def worth(self, box: Box, shape: tuple[int, ...] | None = None) -> bool:
+        """Whether decoding only ``box`` of a chunk pays (few of its blocks; an edge chunk,
+        of ``shape`` once trimmed, is stored whole: its blocks are the full chunk's)."""
         if self.unsupported:
             return False
         found = self._worth.get(box)

@@ -15,6 +15,14 @@ locate it (:meth:`ShardLayout.locate`):
    entry of all ones is an absent inner chunk: the fill value under ``missing="fill"``,
    :class:`~tsexplore.errors.MissingChunkError` under ``missing="raise"``.
 
+On a local store, small inner chunks are read by **units** (:class:`ShardUnits`): the inner
+chunks of one shard that fill its trailing axes, up to :data:`UNIT_BYTES`, are one chunk of the
+source's grid (one request, one located list of byte ranges, one cache entry): a
+``1 x 256 x 256`` inner chunk of a ``16 x 1024 x 1024`` shard is read as a ``1 x 1024 x 1024``
+unit, a frame's plane. A box of a unit (a :class:`~.requests.Blocks` part) decodes only the
+inner chunks holding it. Remote stores keep the inner grid (their reads ahead are kept as
+stored bytes, one range per request).
+
 Codec chains this does not decode (nested sharding, transpose inside the shard) are left to
 zarr (``layout_from_zarr`` returns None).
 """
@@ -22,6 +30,7 @@ zarr (``layout_from_zarr`` returns None).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,15 +39,20 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptChunkError
+from . import buffers
 from .bytes import ByteRange
 from .codecs import CodecChain, chain_from_codecs
-from .requests import AuxKey, ChunkIndex, Located, NeedAux
+from .requests import AuxKey, Box, ChunkIndex, Located, NeedAux
 
 MAX_UINT64 = 2**64 - 1
 #: inner chunks the engine reads as one batch: at most this many bytes of them (a local batch
 #: holds one read slot, so smaller batches leave the other slots to read ahead)
 LOCAL_BATCH_BYTES = 4 * 1024 * 1024
 REMOTE_BATCH_BYTES = 32 * 1024 * 1024
+#: a local store's inner chunks are grouped into units of at most this many decoded bytes
+UNIT_BYTES = 4 * 1024 * 1024
+#: a box of a unit is read as a part when it needs at most this share of its inner chunks
+UNIT_PART_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,19 @@ class ShardLayout:
     def index_range(self) -> ByteRange:
         n = self.index_nbytes
         return ByteRange(0, n) if self.index_at_start else ByteRange.suffix(n)
+
+    def unit_shape(self, itemsize: int) -> tuple[int, ...]:
+        """The read unit: the inner chunk widened to the shard's extent along its trailing
+        axes, last axis first, while the unit stays within :data:`UNIT_BYTES` (the inner
+        chunk itself when already that large). A unit's inner chunks are contiguous in a
+        shard zarr wrote (its inner chunks are in C order), so their ranges coalesce."""
+        unit = list(self.inner_shape)
+        for axis in reversed(range(len(unit))):
+            wider = [*unit[:axis], self.shard_shape[axis], *unit[axis + 1:]]
+            if math.prod(wider) * itemsize > UNIT_BYTES:
+                break
+            unit = wider
+        return tuple(unit)
 
     def max_batch(self, chunk_nbytes: int, local: bool) -> int:
         most = (LOCAL_BATCH_BYTES if local else REMOTE_BATCH_BYTES) // max(1, chunk_nbytes)
@@ -131,3 +158,104 @@ def layout_from_zarr(metadata: Any) -> ShardLayout | None:
         shard_shape, inner_shape, index_chain, 16 * nchunks + (4 if index_chain.crc32c else 0),
         location == "start", inner,
     )
+
+
+#: one inner chunk of a unit: its index on the inner grid, its box in inner-chunk coordinates,
+#: the same box in the coordinates of what is decoded (the unit, or the box asked of it)
+Piece = tuple[ChunkIndex, tuple[slice, ...], tuple[slice, ...]]
+
+
+class ShardUnits:
+    """A sharded array read by units of inner chunks (see the module docstring): where a
+    unit's (or a box's) inner chunks are, and decoding them into one array. The source's
+    chunk grid is the units' grid; ``worth`` says when a box is read as a part."""
+
+    def __init__(self, layout: ShardLayout, unit: tuple[int, ...], shape: tuple[int, ...],
+                 dtype: np.dtype, fill_value: Any) -> None:
+        self.layout = layout
+        self.unit = unit
+        self.shape = shape
+        self.dtype = dtype
+        self.fill_value = fill_value
+        #: inner chunks per unit along each axis
+        self.per = tuple(u // c for u, c in zip(unit, layout.inner_shape))
+
+    def worth(self, box: Box, shape: tuple[int, ...] | None = None) -> bool:
+        """Whether a box of a unit (of ``shape`` once trimmed to the array's edge) is read as
+        a part: it needs at most :data:`UNIT_PART_FRACTION` of the unit's inner chunks."""
+        inner = self.layout.inner_shape
+        needed = math.prod((hi - 1) // c - lo // c + 1 for (lo, hi), c in zip(box, inner))
+        held = math.prod(-(-n // c) for n, c in zip(shape or self.unit, inner))
+        return needed <= UNIT_PART_FRACTION * held
+
+    def shard_of(self, index: ChunkIndex) -> tuple[int, ...]:
+        """The shard holding unit ``index``."""
+        return tuple([i * u // s for i, u, s in zip(index, self.unit, self.layout.shard_shape)])
+
+    def pieces(self, index: ChunkIndex, box: Box | None) -> list[Piece]:
+        """The inner chunks of unit ``index`` that hold ``box`` (unit-local; None: the unit
+        trimmed to the array's edge), in C order."""
+        origin = [i * u for i, u in zip(index, self.unit)]
+        if box is None:
+            box = tuple((0, min(u, n - o)) for u, n, o in zip(self.unit, self.shape, origin))
+        axes = []
+        for (lo, hi), c, o in zip(box, self.layout.inner_shape, origin):
+            spans = []
+            for k in range(lo // c, (hi - 1) // c + 1):
+                a, b = max(lo, k * c), min(hi, (k + 1) * c)
+                spans.append(((o + k * c) // c, slice(a - k * c, b - k * c), slice(a - lo, b - lo)))
+            axes.append(spans)
+        return [
+            (tuple(s[0] for s in combo), tuple(s[1] for s in combo), tuple(s[2] for s in combo))
+            for combo in itertools.product(*axes)
+        ]
+
+    def locate(self, token: str, index: ChunkIndex, box: Box | None,
+               shard_key: Callable[[tuple[int, ...]], str], aux: Callable[[AuxKey], Any]) -> Located | NeedAux:
+        """Where the inner chunks of unit ``index`` holding ``box`` are: their byte ranges in
+        the shard, in order, with ``how`` listing each piece and whether it is stored;
+        absent when none is; first the shard's index."""
+        layout = self.layout
+        shard = self.shard_of(index)
+        key = AuxKey(token, "index", shard)
+        table = aux(key)
+        if table is None:
+            return NeedAux(key, shard_key(shard), layout.index_range())
+        cps = layout.chunks_per_shard
+        ranges = []
+        how = []
+        for piece in self.pieces(index, box):
+            stored = False
+            if table.size:
+                off, n = table[tuple([i % c for i, c in zip(piece[0], cps)])].tolist()
+                if off != MAX_UINT64:
+                    ranges.append(ByteRange(off, off + n))
+                    stored = True
+            how.append((piece, stored))
+        if not ranges:
+            return Located(None)
+        return Located(shard_key(shard), tuple(ranges), tuple(how))
+
+    def decode(self, located: Located, data: list[Any], box_shape: tuple[int, ...],
+               where: Callable[[ChunkIndex], object], missing: Callable[[ChunkIndex], Exception] | None
+               ) -> tuple[np.ndarray, int]:
+        """The unit (or box) of shape ``box_shape`` from its inner chunks' bytes (``data``,
+        in ``located.ranges`` order) into one recycled buffer; an inner chunk the shard lacks
+        is the fill value, or ``missing(its index)`` raised (``missing="raise"``). Returns the
+        values and the bytes decoded."""
+        itemsize = self.dtype.itemsize
+        out = buffers.empty(math.prod(box_shape) * itemsize).view(self.dtype).reshape(box_shape)
+        inner_shape = self.layout.inner_shape
+        chain = self.layout.inner_chain
+        stored = iter(data)
+        decoded = 0
+        for (inner, src, dst), present in located.how:
+            if present:
+                values = chain.decode(next(stored), inner_shape, where(inner))
+                out[dst] = values[src]
+                decoded += values.nbytes
+            elif missing is not None:
+                raise missing(inner)
+            else:
+                out[dst] = self.fill_value
+        return out, decoded

@@ -8,7 +8,9 @@ for remote ones, the store's own ``get`` for a zarr ``Store`` object (icechunk s
 ``ObjectStore``, ``FsspecStore``, ``MemoryStore``, references) -- and are decoded by
 :mod:`tsexplore.sources.codecs`, which checks sizes before allocating. Sharded arrays are read
 natively (:mod:`.sharding`): the chunk grid is the inner chunks', each shard's index is read
-once and kept by the engine, inner chunks are byte ranges of their shard. Boxes of blosc chunks
+once and kept by the engine, inner chunks are byte ranges of their shard (on a local store,
+small inner chunks are read in units of a shard's trailing axes: the grid is the units').
+Boxes of blosc chunks
 are read from their blocks (:mod:`.parts`). Codec chains outside that set (transpose, filters,
 strings, nested shards) are read through zarr's own async API (the source then reads itself).
 
@@ -36,7 +38,7 @@ from .codecs import CodecChain, chain_from_zarr
 from .parts import BloscBlocks
 from .remote import byte_store_for, byte_store_for_zarr, close_async_fs
 from .requests import SELF, AuxKey, Blocks, ChunkRequest, Located, NeedAux
-from .sharding import ShardLayout, layout_from_zarr
+from .sharding import ShardLayout, ShardUnits, layout_from_zarr
 from .zarr_meta import (
     STORE_PROTOCOLS,
     absent_fill,
@@ -53,15 +55,16 @@ KEYS_KEPT = 65536
 
 
 class Where:
-    """Names a chunk of a source in an error message, formatted only when one is raised."""
+    """Names a chunk (``inner``: an inner chunk of a unit) of a source in an error message,
+    formatted only when one is raised."""
 
-    __slots__ = ("source", "index")
+    __slots__ = ("source", "index", "inner")
 
-    def __init__(self, source: ZarrSource, index: ChunkIndex) -> None:
-        self.source, self.index = source, index
+    def __init__(self, source: ZarrSource, index: ChunkIndex, inner: bool = False) -> None:
+        self.source, self.index, self.inner = source, index, inner
 
     def __str__(self) -> str:
-        return self.source.describe(self.index)
+        return self.source.describe_inner(self.index) if self.inner else self.source.describe(self.index)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -110,10 +113,16 @@ class ZarrSource(ChunkSource):
         )
         self.chain: CodecChain | None = chain_from_zarr(meta)
         self.shards: ShardLayout | None = layout_from_zarr(meta) if self.chain is None else None
+        #: a local sharded array's inner chunks grouped into units (the grid is the units')
+        self.units: ShardUnits | None = None
         if self.shards is not None:
             self.chain = self.shards.inner_chain
+            unit = self.shards.unit_shape(self.dtype.itemsize)
+            if self.store.sync and unit != self.chunks:
+                self.units = ShardUnits(self.shards, unit, self.shape, self.dtype, self.fill_value)
+                self.chunks = unit
             self.max_batch = self.shards.max_batch(self.chunk_nbytes(), self.store.sync)
-        self.blocks = self._blocks_reader()
+        self.blocks = self.units if self.units is not None else self._blocks_reader()
         self.awaits = self.chain is None
         self.is_async = self.awaits or not self.store.sync
         self.remote = is_remote(self.root) and store is None
@@ -181,10 +190,21 @@ class ZarrSource(ChunkSource):
         return self._key(shard)
 
     def describe(self, index: ChunkIndex) -> str:
-        inner = "inner chunk" if self.shards is not None else "chunk"
-        return f"{inner} {tuple(index)} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
+        if self.units is not None:
+            what = f"unit {tuple(index)} of inner chunks"
+        else:
+            what = ("inner chunk " if self.shards is not None else "chunk ") + str(tuple(index))
+        return f"{what} ({self.chunk_key(index)!r}) of {self.root}/{self.path}"
+
+    def describe_inner(self, inner: ChunkIndex) -> str:
+        """Names inner chunk ``inner`` (its index on the inner grid) of a sharded array."""
+        assert self.shards is not None
+        shard = self.shards.shard_of(inner)[0]
+        return f"inner chunk {tuple(inner)} ({self.shard_key(shard)!r}) of {self.root}/{self.path}"
 
     def batch_key(self, index: ChunkIndex) -> Hashable | None:
+        if self.units is not None:
+            return self.units.shard_of(index)
         if self.shards is None:
             return None
         return self.shards.shard_of(index)[0]
@@ -198,6 +218,8 @@ class ZarrSource(ChunkSource):
         if self.chain is None:
             return SELF
         index = request.index
+        if self.units is not None:
+            return self.units.locate(self.token, index, request.box, self.shard_key, aux)
         if self.shards is not None:
             return self.shards.locate(self.token, index, self.shard_key, aux)
         box = request.box
@@ -214,6 +236,12 @@ class ZarrSource(ChunkSource):
 
     def decode(self, request: ChunkRequest, located: Located, data: list[Any]) -> tuple[np.ndarray, int]:
         index = request.index
+        units = self.units
+        if units is not None:
+            box = request.box
+            shape = self.chunk_shape(index) if box is None else tuple(hi - lo for lo, hi in box)
+            return units.decode(located, data, shape, lambda inner: Where(self, inner, True),
+                                None if self.options.missing == "fill" else self.missing_inner)
         if isinstance(request.part, Blocks) and self.blocks is not None:
             values, decoded = self.blocks.decode(located, data, index, request.part.box, Where(self, index))
             return (values if values.dtype.isnative else values.astype(self.dtype)), decoded
@@ -238,8 +266,15 @@ class ZarrSource(ChunkSource):
             self.store.advise(list(dict.fromkeys(self.chunk_key(index) for index in indices)))
 
     def missing(self, index: ChunkIndex) -> MissingChunkError:
+        return self._missing(self.describe(index), index)
+
+    def missing_inner(self, inner: ChunkIndex) -> MissingChunkError:
+        """The error of an inner chunk absent from a unit that is partly stored."""
+        return self._missing(self.describe_inner(inner), inner)
+
+    def _missing(self, what: str, index: ChunkIndex) -> MissingChunkError:
         return MissingChunkError(
-            f"{self.describe(index)} is missing from the store (opened with missing='raise'). "
+            f"{what} is missing from the store (opened with missing='raise'). "
             "zarr writes no chunk equal to the fill value; open with missing='fill' (the "
             "default) to read absent chunks as the fill value, as zarr and xarray do",
             source=self.token,
