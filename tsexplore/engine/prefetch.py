@@ -473,14 +473,21 @@ class Prefetcher:
         now = first if direction > 0 else last
         lo, hi = history[-2].ranges[axis]
         start = lo if direction > 0 else hi
+        # where the steady run began: a drain plans once for the reads answered meanwhile
+        # (several views, each a chunk when chunks are one frame deep), so what was passed
+        # reaches back to the last release as long as the run does
+        steps = steady_steps(history)
+        run = history[max(0, len(history) - 1 - steps)].ranges[axis]
+        began = run[0] if direction > 0 else run[1]
         with self._lock:
             mark = self._passed.get(token)
-            if mark is not None and mark[:2] == (axis, direction) and abs(mark[2] - now) <= 2:
+            if mark is not None and mark[:2] == (axis, direction) and (
+                    abs(mark[2] - now) <= 2 or 0 <= (mark[2] - began) * direction <= (now - began) * direction):
                 start = mark[2]
             self._passed[token] = (axis, direction, now)
         behind = range(start, now) if direction > 0 else range(now + 1, start + 1)
-        if not behind or len(behind) > 2:
-            return  # nothing passed, or a jump: what it left may be visited again
+        if not behind or len(behind) > 2 * max(1, steps):
+            return  # nothing passed, or jumps: what they left may be visited again
         spans = [range(a, b + 1) for a, b in history[-1].ranges]
         spans[axis] = behind
         cache = self._engine.cache

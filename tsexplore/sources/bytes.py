@@ -450,7 +450,7 @@ class LocalFiles(ByteStore):
                 fd = fds[key]
                 plan = None if fd is None else self._plan(fd, ranges)
                 plans.append(plan)
-                if plan is not None and len(requests) > 1:
+                if plan is not None and (len(requests) > 1 or len(plan[0]) > 1):
                     for start, stop, _ in plan[0]:
                         hint(fd, start, stop - start)  # type: ignore[arg-type]
             total = sum(sum(b - a for a, b, _ in p[0]) for p in plans if p is not None) if reuse else 0

@@ -56,14 +56,17 @@ class CodecChain:
     order: str = "C"
     crc32c: bool = False
 
-    def decode(self, buf: bytes | memoryview, chunk_shape: tuple[int, ...], where: object) -> np.ndarray:
-        """``buf`` decoded into a fresh (recycled) buffer; ``where`` names the chunk in errors
+    def decode(self, buf: bytes | memoryview, chunk_shape: tuple[int, ...], where: object,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """``buf`` decoded into a fresh (recycled) buffer, or into ``out`` (``uint8``, of the
+        decoded size: a scratch the caller copies from); ``where`` names the chunk in errors
         (formatted only then)."""
         expected = math.prod(chunk_shape) * self.dtype.itemsize
         data: Any = buf
         if self.crc32c:
             data = _check_crc32c(buf, where)
-        out = _buffer(expected)
+        if out is None:
+            out = _buffer(expected)
         comp = self.compressor
         try:
             if comp is None:

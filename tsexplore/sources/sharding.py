@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -249,9 +250,10 @@ class ShardUnits:
         chain = self.layout.inner_chain
         stored = iter(data)
         decoded = 0
+        scratch = _scratch(math.prod(inner_shape) * chain.dtype.itemsize)
         for (inner, src, dst), present in located.how:
             if present:
-                values = chain.decode(next(stored), inner_shape, where(inner))
+                values = chain.decode(next(stored), inner_shape, where(inner), scratch)
                 out[dst] = values[src]
                 decoded += values.nbytes
             elif missing is not None:
@@ -259,3 +261,20 @@ class ShardUnits:
             else:
                 out[dst] = self.fill_value
         return out, decoded
+
+
+_scratches = threading.local()
+
+
+def _scratch(nbytes: int) -> np.ndarray:
+    """This thread's buffer of ``nbytes`` that an inner chunk is decoded into before it is
+    copied into its unit: touched once, reused by every inner chunk of that size."""
+    found = getattr(_scratches, "by_size", None)
+    if found is None:
+        found = _scratches.by_size = {}
+    buf = found.get(nbytes)
+    if buf is None:
+        if len(found) >= 4:
+            found.clear()
+        buf = found[nbytes] = np.empty(nbytes, dtype=np.uint8)
+    return buf  # type: ignore[no-any-return]
