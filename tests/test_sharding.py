@@ -8,6 +8,7 @@ both. Batches are checked with a fake source that records what it is handed.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec
 
@@ -311,3 +312,40 @@ def test_a_batch_of_inner_chunks_decodes_in_jobs_over_the_read_threads(tmp_path:
     np.testing.assert_array_equal(da[0, :16, :16].values, values[0, :16, :16])
     assert len(threads) == 16 and all(name.startswith("tsexplore-read") for name in threads), threads
     assert tse.stats().batched == 16 and tse.stats().range_requests <= 2  # its index, its frame
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_units_and_their_boxes_read_what_zarr_reads(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """Units of inner chunks (a whole shard, or part of its trailing axes; at the array's
+    edges; with inner chunks the shards lack) and boxes of them read as parts give what
+    zarr-python reads, for any selection."""
+    from unittest import mock
+
+    ndim = data.draw(st.integers(1, 3))
+    inner = tuple(data.draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    per = tuple(data.draw(st.lists(st.integers(1, 3), min_size=ndim, max_size=ndim)))
+    shard = tuple(i * p for i, p in zip(inner, per))
+    shape = tuple(data.draw(st.integers(1, 3 * s)) for s in shard)
+    values = np.arange(math.prod(shape), dtype="float32").reshape(shape)
+    flat = values.reshape(-1)
+    for k in data.draw(st.lists(st.integers(0, flat.size - 1), max_size=3)):
+        flat[k: k + data.draw(st.integers(1, 64))] = -1.0  # runs of fill: inner chunks left out
+    path = tmp_path_factory.mktemp("units") / "u.zarr"
+    codec = ShardingCodec(chunk_shape=inner, codecs=[BytesCodec(), BloscCodec(cname="lz4")])
+    arr = zarr.create_array(str(path), shape=shape, chunks=shard, dtype="float32", serializer=codec,
+                            compressors=None, fill_value=-1.0)
+    arr[...] = values
+    truth = zarr.open_array(str(path))
+    # units from one inner chunk's bytes (the inner grid) to a whole shard
+    unit_bytes = data.draw(st.sampled_from([0, 4 * math.prod(inner) * per[-1], sharding.UNIT_BYTES]))
+    with mock.patch.object(sharding, "UNIT_BYTES", unit_bytes):
+        ds = tse.open_dataset(path)
+    got = ds[list(ds.data_vars)[0]]
+    (src,) = sources_of(got)
+    assert src.decoder == "tsexplore-sharded"
+    key = tuple(slice(*sorted(data.draw(st.tuples(st.integers(0, n), st.integers(0, n))))) for n in shape)
+    np.testing.assert_array_equal(got[key].values, truth[key])
+    np.testing.assert_array_equal(got.values, truth[...])
+    np.testing.assert_array_equal(got[key].values, truth[key])  # again, from the cache
+    tse.close()
