@@ -24,9 +24,8 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec
 import tsexplore as tse
 from tsexplore.engine import Engine, Priority
 from tsexplore.errors import CorruptChunkError, MissingChunkError, RequestCancelledError
-from tsexplore.sources import SyntheticSource
+from tsexplore.sources import SyntheticSource, sharding
 from tsexplore.sources.bytes import ByteRange, coalesce
-from tsexplore.sources import sharding
 from tsexplore.sources.sharding import MAX_UINT64, layout_from_zarr
 from tsexplore.xarray import sources_of
 
