@@ -439,8 +439,10 @@ class LocalFiles(ByteStore):
         self, requests: Sequence[tuple[str, Sequence[ByteRange | None]]], ctx: Any = None,
         *, reuse: bool = False,
     ) -> list[list[Buffer] | None]:
-        """Each file opened once; the kernel told of every range of every file before any
-        is read, so the disk works on all of them at once."""
+        """Each file opened once. Several reads: what the page cache holds is read first
+        without waiting for the disk, then the kernel is told of every read left (of every
+        file) before any of them is read, so the disk works on all of them at once (telling
+        it of bytes it already holds costs a walk of their pages)."""
         fds: dict[str, int | None] = {}
         plans = []
         try:
@@ -448,23 +450,18 @@ class LocalFiles(ByteStore):
                 if key not in fds:
                     fds[key] = _open(self.path(key))
                 fd = fds[key]
-                plan = None if fd is None else self._plan(fd, ranges)
-                plans.append(plan)
-                if plan is not None and (len(requests) > 1 or len(plan[0]) > 1):
-                    for start, stop, _ in plan[0]:
-                        hint(fd, start, stop - start)  # type: ignore[arg-type]
+                plans.append(None if fd is None else self._plan(fd, ranges))
+            several = sum(len(p[0]) for p in plans if p is not None) > 1
             total = sum(sum(b - a for a, b, _ in p[0]) for p in plans if p is not None) if reuse else 0
             arena = _scratch_view(total) if reuse else None
-            out: list[list[Buffer] | None] = []
+            # every read: (file, its start, where it goes, bytes read without waiting)
+            todo: list[tuple[int, int, memoryview, int]] = []
             at = 0
             for (key, ranges), plan in zip(requests, plans):
                 fd = fds[key]
                 if fd is None or plan is None:
-                    out.append(None)
                     continue
-                reads, cuts = plan
-                bodies = []
-                for start, stop, run in reads:
+                for start, stop, run in plan[0]:
                     if arena is not None:
                         view = arena[at : at + stop - start]
                         at += stop - start
@@ -473,8 +470,21 @@ class LocalFiles(ByteStore):
                     _count(ctx, "store_requests")
                     if any(ranges[m] is not None for m in run.members):
                         _count(ctx, "range_requests")
-                    bodies.append(view[: read_into(fd, start, view)])
-                out.append([_cut(bodies[k], reads[k][0], rng) for k, rng in cuts])
+                    todo.append((fd, start, view, read_cached(fd, start, view) if several else 0))
+            if several:
+                for fd, start, view, got in todo:
+                    if got < len(view):
+                        hint(fd, start + got, len(view) - got)
+            bodies = [view[: got + read_into(fd, start + got, view[got:])] for fd, start, view, got in todo]
+            out: list[list[Buffer] | None] = []
+            first = 0
+            for (key, _), plan in zip(requests, plans):
+                if fds[key] is None or plan is None:
+                    out.append(None)
+                    continue
+                reads, cuts = plan
+                out.append([_cut(bodies[first + k], reads[k][0], rng) for k, rng in cuts])
+                first += len(reads)
             return out
         finally:
             for fd in fds.values():
@@ -537,6 +547,26 @@ def hint(fd: int, start: int, length: int) -> None:
             os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
         except OSError:
             pass
+
+
+#: whether reads that do not wait for the disk work here (RWF_NOWAIT: Linux, most file systems)
+_nowait = hasattr(os, "RWF_NOWAIT")
+
+
+def read_cached(fd: int, start: int, out: memoryview) -> int:
+    """Bytes of the open file ``fd`` from ``start`` into ``out`` that the page cache holds
+    now, without waiting for the disk (``preadv2(RWF_NOWAIT)``); 0 where none are, or where
+    the system cannot tell."""
+    global _nowait
+    if not _nowait or not len(out):
+        return 0
+    try:
+        return os.preadv(fd, [out], start, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return 0
+    except OSError:  # not supported by this kernel or file system: never asked again
+        _nowait = False
+        return 0
 
 
 def read_into(fd: int, start: int, out: memoryview) -> int:
