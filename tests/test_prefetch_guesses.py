@@ -162,6 +162,25 @@ def test_play_keeps_only_the_chunks_around_the_view_decoded(cube) -> None:  # ty
     assert 0 < snap.bytes_decoded <= 1.2 * values.nbytes, snap  # each chunk decoded again, once
 
 
+def test_a_fast_scrub_of_one_frame_chunks_keeps_only_the_chunks_around_the_view(tmp_path: Path) -> None:
+    """A scrub faster than the engine's thread plans (it plans once for the several views
+    answered meanwhile, each a chunk one frame deep) still releases every chunk it passed,
+    not only the one behind the last view: the decoded tier holds the view's neighbourhood."""
+    shape = (128, 32, 32)
+    values = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    arr = zarr.create_array(str(tmp_path / "f.zarr"), shape=shape, chunks=(1, 32, 32), dtype="float32",
+                            dimension_names=("time", "y", "x"))
+    arr[...] = values
+    ds = tse.open_dataset(tmp_path / "f.zarr")
+    da = ds[list(ds.data_vars)[0]]
+    for t in range(128):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+    time.sleep(0.3)  # the engine's thread has planned from every read
+    rows = sorted(k.index[0] for k in tse.get_engine().cache.keys() if isinstance(k, ChunkRequest))
+    # around the last view, and at most the first views, read before play was a pattern
+    assert rows and len([r for r in rows if r < 128 - 8]) <= 3, rows
+
+
 def test_a_second_loop_of_remote_play_decodes_from_the_encoded_tier(cube) -> None:  # type: ignore[no-untyped-def]
     """A remote store: the frames of the chunks play passed stay in the encoded tier, so a
     second loop asks the store for nothing."""

@@ -70,6 +70,13 @@ class ReadAheadMemory:
         """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
         return key in self._table.taken
 
+    def release(self, keys: list[ChunkRequest]) -> None:
+        """``keys`` leave the decoded tier (those pinned stay), and their reads in flight are
+        not kept when they end: what a steady pattern has passed."""
+        cache = self.cache
+        cache.discard([k for k in keys if not cache.is_pinned(k)])
+        self._table.release(keys)
+
     def reading(self, key: ChunkRequest) -> bool:
         """Whether ``key`` is being read (queued or running; a hint, without the lock)."""
         return self._table.reading(key)

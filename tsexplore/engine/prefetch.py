@@ -281,8 +281,10 @@ class Prefetcher:
         self._plans: dict[str, collections.OrderedDict[Any, list[ChunkRequest]]] = {}
         self.last_policy: dict[str, str] = {}
         #: per source, where a steady pattern's release of passed chunks stopped:
-        #: ``(axis, direction, chunk index)``
-        self._passed: dict[str, tuple[int, int, int]] = {}
+        #: ``(axis, direction, chunk index, reads recorded by then)``
+        self._passed: dict[str, tuple[int, int, int, int]] = {}
+        #: per source, the reads recorded (more than its history keeps)
+        self._recorded: collections.Counter[str] = collections.Counter()
         #: per source, what a bounded reader announced (guesses stay in its box)
         self._bounds: dict[str, Within] = {}
 
@@ -386,6 +388,9 @@ class Prefetcher:
         found = _kept(reads)
         out = None
         with self._lock:
+            recorded = self._recorded
+            for source, _, _ in reads:  # every read, also those the history cannot keep
+                recorded[source.token] += 1
             for token, obs in found:
                 out = None
                 hist = self._history.get(token)
@@ -465,34 +470,35 @@ class Prefetcher:
 
     def _release_passed(self, source: ChunkSource, history: list[Observation], axis: int, direction: int) -> None:
         """The chunks a steady pattern has passed along ``axis`` (behind this view, from where
-        the last release stopped or the last view was) leave the decoded tier: their buffers
-        decode what comes next instead of fresh memory. Their stored bytes stay where they
-        are: a local store's in the page cache, a remote store's frames in the encoded tier."""
+        the last release stopped, or from where the run began) leave the decoded tier: their
+        buffers decode what comes next instead of fresh memory (those still being read are
+        not kept when they end: the reader caught up with them). A drain plans once for the
+        views answered meanwhile (many, when chunks are one frame deep and the scrub is fast),
+        so the release reaches back as far as those views moved -- at most two chunks a view:
+        a jump leaves what it left, it may be visited again. Their stored bytes stay where
+        they are: a local store's in the page cache, a remote store's frames in the encoded
+        tier."""
         token = source.token
         first, last = history[-1].ranges[axis]
         now = first if direction > 0 else last
-        lo, hi = history[-2].ranges[axis]
-        start = lo if direction > 0 else hi
-        # where the steady run began: a drain plans once for the reads answered meanwhile
-        # (several views, each a chunk when chunks are one frame deep), so what was passed
-        # reaches back to the last release as long as the run does
         steps = steady_steps(history)
-        run = history[max(0, len(history) - 1 - steps)].ranges[axis]
-        began = run[0] if direction > 0 else run[1]
+        began = history[max(0, len(history) - 1 - steps)].ranges[axis][0 if direction > 0 else 1]
         with self._lock:
+            recorded = self._recorded[token]
             mark = self._passed.get(token)
-            if mark is not None and mark[:2] == (axis, direction) and (
-                    abs(mark[2] - now) <= 2 or 0 <= (mark[2] - began) * direction <= (now - began) * direction):
-                start = mark[2]
-            self._passed[token] = (axis, direction, now)
+            self._passed[token] = (axis, direction, now, recorded)
+        if abs(now - began) > 2 * max(1, steps):
+            return  # the views jump (more than two chunks a step): what they left may be seen again
+        if mark is not None and mark[:2] == (axis, direction):
+            start, views = mark[2], recorded - mark[3]
+        else:
+            start, views = began, steps
         behind = range(start, now) if direction > 0 else range(now + 1, start + 1)
-        if not behind or len(behind) > 2 * max(1, steps):
-            return  # nothing passed, or jumps: what they left may be visited again
+        if not behind or len(behind) > 2 * max(1, views):
+            return
         spans = [range(a, b + 1) for a, b in history[-1].ranges]
         spans[axis] = behind
-        cache = self._engine.cache
-        cache.discard([k for k in (ChunkRequest(token, i) for i in itertools.product(*spans))
-                       if not cache.is_pinned(k)])
+        self._engine.hints.release([ChunkRequest(token, i) for i in itertools.product(*spans)])
 
     def _targets(
         self,

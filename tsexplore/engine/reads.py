@@ -284,6 +284,16 @@ class ReadTable:
         """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
         return any(self.visible.values())
 
+    def release(self, keys: Iterable[ChunkRequest]) -> None:
+        """Reads of ``keys`` in flight are not kept when they end (their waiters still get
+        them): a steady pattern passed them while they were read. A reader joining one later
+        that caches keeps it again (:meth:`_join_locked`)."""
+        with self.lock:
+            for key in keys:
+                read = self._reads.get(key)
+                if read is not None:
+                    read.keep = False
+
     def get(self, key: ChunkRequest) -> Read | None:
         """The read of ``key`` queued or running, or None."""
         with self.lock:
