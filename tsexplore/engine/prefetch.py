@@ -49,16 +49,28 @@ UNIT_STEADY = 2
 #: the reads answered meanwhile: one wake-up for all of them (each keeps the time it was
 #: answered); a drain takes the GIL from the reader, and read-ahead horizons are 100 ms and more
 DRAIN_DELAY = 0.01
+#: chunks a bounded reader took that its guesses leave out: the latest this many
+TAKEN_KEPT = 1 << 16
 
 
-
-class Within(NamedTuple):
+class Within:
     """What a bounded reader (a reduction over a selection) announced: the chunk box its
-    reads stay in, and the chunks it has read so far (it reads each once: a guess of one
-    it took is decoded for nobody, even when the pattern it reads in points back at it)."""
+    reads stay in, and the chunks it has read lately (it reads each once: a guess of one it
+    took is decoded for nobody, even when the pattern it reads in points back at it). The
+    memory of them is bounded (:data:`TAKEN_KEPT`): a reduction may read millions."""
 
-    ranges: tuple[tuple[int, int], ...]
-    taken: set[ChunkIndex]
+    __slots__ = ("ranges", "taken")
+
+    def __init__(self, ranges: tuple[tuple[int, int], ...]) -> None:
+        self.ranges = ranges
+        self.taken: collections.OrderedDict[ChunkIndex, None] = collections.OrderedDict()
+
+    def take(self, indices: Iterable[ChunkIndex]) -> None:
+        taken = self.taken
+        for index in indices:
+            taken[index] = None
+        while len(taken) > TAKEN_KEPT:
+            taken.popitem(last=False)
 
     def admits(self, index: ChunkIndex) -> bool:
         return index not in self.taken and all(lo <= i <= hi for i, (lo, hi) in zip(index, self.ranges))
@@ -299,7 +311,7 @@ class Prefetcher:
         chunk per axis) and leave out the chunks read inside: a reduction over a selection
         announces where its reads end, and reads each chunk once."""
         with self._lock:
-            self._bounds[source.token] = Within(tuple(ranges), set())
+            self._bounds[source.token] = Within(tuple(ranges))
         try:
             yield
         finally:
@@ -335,7 +347,7 @@ class Prefetcher:
         with self._lock:  # when it was answered, and within which bounds
             within = self._bounds.get(source.token)
             if within is not None:
-                within.taken.update(plan.indices)
+                within.take(plan.indices)
             self._pending.append((source, plan, one_pass, key, time.monotonic(), within))
             if self._draining:
                 return  # a drain is on its way
@@ -425,7 +437,7 @@ class Prefetcher:
             with self._lock:
                 bounds = self._bounds.get(source.token)
                 if bounds is not None:
-                    cast(Within, bounds).taken.update(plan.indices)
+                    cast(Within, bounds).take(plan.indices)
         self._flush()
         history = self._record(source, plan, when)
         if history is None:
