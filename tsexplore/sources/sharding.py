@@ -83,8 +83,8 @@ class ShardLayout:
     def unit_shape(self, itemsize: int) -> tuple[int, ...]:
         """The read unit: the inner chunk widened to the shard's extent along its trailing
         axes, last axis first, while the unit stays within :data:`UNIT_BYTES` (the inner
-        chunk itself when already that large). A unit's inner chunks are contiguous in a
-        shard zarr wrote (its inner chunks are in C order), so their ranges coalesce."""
+        chunk itself when already that large). A unit's inner chunks need not be contiguous
+        in the shard (zarr writes them in Morton order): a unit is read as several ranges."""
         unit = list(self.inner_shape)
         for axis in reversed(range(len(unit))):
             wider = [*unit[:axis], self.shard_shape[axis], *unit[axis + 1:]]
@@ -102,16 +102,27 @@ class ShardLayout:
         """Where inner chunk ``index`` is: a byte range of its shard, absent, or first the
         shard's index."""
         shard, inner = self.shard_of(index)
+        table = self.table(token, shard, shard_key, aux)
+        if isinstance(table, NeedAux):
+            return table
+        found = self.entry(table, inner)
+        return Located(None) if found is None else Located(shard_key(shard), (found,))
+
+    def table(self, token: str, shard: tuple[int, ...], shard_key: Callable[[tuple[int, ...]], str],
+              aux: Callable[[AuxKey], Any]) -> np.ndarray | NeedAux:
+        """Shard ``shard``'s parsed index (from the engine's encoded tier), or the read of it."""
         key = AuxKey(token, "index", shard)
         table = aux(key)
-        if table is None:
-            return NeedAux(key, shard_key(shard), self.index_range())
+        return NeedAux(key, shard_key(shard), self.index_range()) if table is None else table
+
+    @staticmethod
+    def entry(table: np.ndarray, inner: tuple[int, ...]) -> ByteRange | None:
+        """The byte range of the inner chunk at ``inner`` (coordinates inside its shard), or
+        None: the shard (an empty table) or the inner chunk (an entry of all ones) is absent."""
         if table.size == 0:
-            return Located(None)  # the shard is absent
+            return None
         off, n = table[inner].tolist()
-        if off == MAX_UINT64:
-            return Located(None)
-        return Located(shard_key(shard), (ByteRange(off, off + n),))
+        return None if off == MAX_UINT64 else ByteRange(off, off + n)
 
     def parse_index(self, buf: Any, where: str) -> tuple[np.ndarray, int]:
         """The index as a ``(*chunks_per_shard, 2)`` array of (offset, length), and its bytes;
@@ -218,21 +229,17 @@ class ShardUnits:
         absent when none is; first the shard's index."""
         layout = self.layout
         shard = self.shard_of(index)
-        key = AuxKey(token, "index", shard)
-        table = aux(key)
-        if table is None:
-            return NeedAux(key, shard_key(shard), layout.index_range())
+        table = layout.table(token, shard, shard_key, aux)
+        if isinstance(table, NeedAux):
+            return table
         cps = layout.chunks_per_shard
         ranges = []
         how = []
         for piece in self.pieces(index, box):
-            stored = False
-            if table.size:
-                off, n = table[tuple([i % c for i, c in zip(piece[0], cps)])].tolist()
-                if off != MAX_UINT64:
-                    ranges.append(ByteRange(off, off + n))
-                    stored = True
-            how.append((piece, stored))
+            found = layout.entry(table, tuple([i % c for i, c in zip(piece[0], cps)]))
+            if found is not None:
+                ranges.append(found)
+            how.append((piece, found is not None))
         if not ranges:
             return Located(None)
         return Located(shard_key(shard), tuple(ranges), tuple(how))
