@@ -124,9 +124,12 @@ def test_in_memory_and_dask_arrays_with_nans():
             for dim in ("time", None, ["x", "y"]):
                 got = tse.reduce(data, op, dim=dim, progress=False)
                 xr.testing.assert_allclose(got, getattr(da, op)(dim=dim), rtol=1e-6)
-    # skipna=False follows xarray
-    got = tse.reduce(da, "mean", dim="time", skipna=False, progress=False)
-    xr.testing.assert_allclose(got, da.mean("time", skipna=False))
+    # skipna=False follows xarray, with NaNs and without
+    for data in (da, da.fillna(0.5)):
+        for op in (o for o in OPS if o != "count"):  # xarray's count has no skipna
+            got = tse.reduce(data, op, dim="time", skipna=False, progress=False)
+            want = getattr(data, op)("time", skipna=False)
+            xr.testing.assert_allclose(got, want, rtol=1e-6)
     got = tse.reduce(da, "var", dim="time", ddof=1, progress=False)
     xr.testing.assert_allclose(got, da.var("time", ddof=1), rtol=1e-6)
 

@@ -127,6 +127,19 @@ def test_skipna_false_propagates_nan():
     assert list(op.finalize(op.partial(x, (0,)))) == [2, 2]
 
 
+@pytest.mark.parametrize("skipna", [True, False])
+@pytest.mark.parametrize("name", ["sum", "mean", "var", "std", "min", "max", "count"])
+def test_empty_is_the_identity_of_merge(name, skipna):
+    """A reduction starts from ``empty``: merging a partial into it gives the partial."""
+    x = np.array([[1.0, 2.0, np.nan], [np.nan, 4.0, np.nan], [5.0, -3.0, np.nan]])
+    op = make_op(name, x.dtype, skipna=skipna)
+    want = op.finalize(op.partial(x, (0,)))
+    acc = op.empty((3,))
+    op.merge_into(acc, (slice(0, 3),), op.partial(x, (0,)))
+    np.testing.assert_array_equal(op.finalize(acc), want)
+    np.testing.assert_array_equal(op.finalize(op.merge(op.empty((3,)), op.partial(x, (0,)))), want)
+
+
 def test_result_dtypes_follow_xarray():
     import xarray as xr
 

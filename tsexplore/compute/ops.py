@@ -322,7 +322,10 @@ class ExtremeOp(Op):
 
     def empty(self, shape: tuple[int, ...], xp: Any = np) -> State:
         if self.dtype.kind in "fc":
-            return (xp.full(shape, np.nan, dtype=self.dtype),)
+            # the identity of fmin/fmax is NaN; of minimum/maximum (skipna=False) it is ±inf,
+            # as NaN would win every merge
+            fill = np.nan if self.nan_aware else (np.inf if self.name == "min" else -np.inf)
+            return (xp.full(shape, fill, dtype=self.dtype),)
         if self.dtype.kind == "b":
             return (xp.full(shape, self.name == "min", dtype=self.dtype),)
         info = np.iinfo(self.dtype)
