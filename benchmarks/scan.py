@@ -2,7 +2,8 @@
 
 Systems:
 
-- ``tsexplore``: ``tse.reduce(ds["temp"], "mean", dim="time", backend=...)``
+- ``tsexplore``: ``tse.reduce(ds["temp"], "mean", dim="time", backend=...)`` (``--backend
+  numpy,cupy`` adds ``tsexplore backend=cupy``: both backends in one run)
 - ``tsexplore-dask``: ``tse.open_dataset(path, chunks={})["temp"].mean("time").compute()``
 - ``xarray-dask``: ``xr.open_zarr(path).temp.mean("time").compute()``
 - ``zarr``: a loop over time-chunk slabs, summed in float64 (the reference result)
@@ -140,13 +141,20 @@ def run_system(system: str, params: dict[str, Any], sampler: runner.RssSampler) 
 def main(argv: list[str]) -> int:
     """``python -m benchmarks scan``."""
     p = common.parser("scan", "mean over time of the cube, cold page cache", SYSTEMS)
-    p.add_argument("--backend", default=None, help='passed to tse.reduce (e.g. "cupy")')
+    p.add_argument("--backend", default=None,
+                   help='passed to tse.reduce (e.g. "cupy"); several, comma-separated '
+                        '("numpy,cupy"): the first is tsexplore\'s, each other one runs as '
+                        '"tsexplore backend=NAME" in the same run')
     p.add_argument("--budget", type=common.parse_bytes, default=None,
                    help="tsexplore cache budget (e.g. 512MB; default: the engine's own)")
     p.add_argument("--quarter-budget", action="store_true",
                    help="budget = 1/4 of the data; check peak RSS <= budget + 300 MB")
     args = common.parse(p, argv)
     systems = common.pick_systems(args.systems, SYSTEMS, args.from_all)
+    backends = [b.strip() for b in (args.backend or "").split(",") if b.strip()] or [None]
+    if "tsexplore" in systems:
+        at = systems.index("tsexplore") + 1
+        systems[at:at] = [common.join_label("tsexplore", None, f"backend={b}") for b in backends[1:]]
     spec = common.data_spec(args)
     budget = spec.nbytes // 4 if args.quarter_budget else args.budget
     tmp = Path(tempfile.mkdtemp(prefix="tsexplore-bench-scan-"))
@@ -161,12 +169,14 @@ def main(argv: list[str]) -> int:
             runs = runner.run_matrix(
                 "scan", systems,
                 lambda s, r: {"path": url, "nbytes": spec.nbytes,
-                              "backend": args.backend, "out": str(tmp / f"{s}-{r}.npy"),
+                              "backend": _backend(s, backends[0]),
+                              "out": str(tmp / f"{s}-{r}.npy"),
                               "storage_options": served.storage_options},
                 repeat=args.repeat, timeout=args.timeout, store=spec.path,
                 drop_caches=not args.no_drop_caches,
                 env_for=lambda s: {**served.env, **({"TSEXPLORE_CACHE_BYTES": str(budget)}
-                                                    if budget and s in TSE_SYSTEMS else {})},
+                                                    if budget and common.split_label(s)[0] in TSE_SYSTEMS
+                                                    else {})},
                 before=served.before, after=served.after,
                 describe=lambda r: f"{r['gbps']:.3f} GB/s, peak RSS {r['peak_rss_mb']:.0f} MB")
         correctness = _check_results(runs, tmp, spec.path)
@@ -186,6 +196,12 @@ def main(argv: list[str]) -> int:
     if args.check and any(v is False for v in correctness["matches"].values()):
         status = max(status, 2)
     return status
+
+
+def _backend(label: str, default: str | None) -> str | None:
+    """The backend a run of ``label`` passes to tse.reduce (its ``backend=`` tag, if any)."""
+    tag = common.split_label(label)[2]
+    return tag.removeprefix("backend=") if tag.startswith("backend=") else default
 
 
 def _check_results(runs: dict[str, list[dict[str, Any]]], tmp: Path, store: Path

@@ -5,11 +5,16 @@ on a NumPy-backed stand-in for CuPy whose copies and events complete later on an
 (``tests/_fake_cupy.py``), so the GPU code path (no data-dependent branches, staging, the
 wait before a staging buffer is reused, stream handling) is exercised on every machine. Self-contained: the data is made
 here (synthetic sources and NumPy arrays; the Zarr check skips when zarr is absent).
+
+A reduction reduces on the CPU the chunks that arrive while the GPU starts (``accumulate``);
+the ``cupy`` fixture lets the GPU start before the first chunk, so that these checks run the
+GPU's kernels on every chunk, and the handover has tests of its own below.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import _fake_cupy
@@ -18,7 +23,13 @@ import pytest
 import xarray as xr
 
 import tsexplore as tse
+from tsexplore.compute import api as compute_api
+from tsexplore.compute import gpu
 from tsexplore.compute.gpu import CupyBackend, gpu_available, make_backend
+from tsexplore.compute.ops import make_op
+from tsexplore.compute.plan import ReducePlan
+from tsexplore.compute.stream import accumulate
+from tsexplore.errors import BackendUnavailableError
 from tsexplore.sources import SyntheticSource
 
 OPS = ("sum", "mean", "var", "std", "min", "max", "count")
@@ -32,7 +43,9 @@ OPS = ("sum", "mean", "var", "std", "min", "max", "count")
 )
 def cupy(request, monkeypatch):
     """The real CuPy on a GPU machine, or the NumPy stand-in (tests/_fake_cupy.py: its
-    copies and events complete later, on another thread)."""
+    copies and events complete later, on another thread). A reduction's backend is started
+    before its first chunk (no chunk reduces on the CPU while it starts)."""
+    monkeypatch.setattr(compute_api, "start_backend", _started_first)
     if request.param == "gpu":
         if not gpu_available():
             pytest.skip("needs CuPy and a CUDA GPU")
@@ -44,6 +57,12 @@ def cupy(request, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", fake)
     yield fake
     _fake_cupy.close(fake)
+
+
+def _started_first(*args, **kwargs):
+    future = gpu.start_backend(*args, **kwargs)
+    future.exception(timeout=60)  # started (or failed) before the reduction reads
+    return future
 
 
 def _data(seed=0, shape=(40, 33, 20)):
@@ -89,6 +108,113 @@ def test_cupy_on_an_engine_source_uses_pinned_staging(cupy, monkeypatch):
     np.testing.assert_allclose(got.values, want, rtol=1e-6)
     assert len(staged) == src.nchunks
     assert len(calls) >= 2 and all(n >= src.chunk_nbytes() for n in calls)  # double buffering
+
+
+def test_the_gpu_starts_while_the_first_chunks_are_read(cupy, monkeypatch):
+    """The backend is made on its own thread while the engine reads: a GPU start that waits
+    for a chunk to be read would wait forever if the reads began only after it."""
+    src = SyntheticSource((48, 70, 50), (8, 32, 32), "float32")
+    ds = tse.open_dataset(src)
+    read = threading.Event()
+    real_read = SyntheticSource.read_chunk_sync
+
+    def reading(self, index):
+        read.set()
+        return real_read(self, index)
+
+    monkeypatch.setattr(SyntheticSource, "read_chunk_sync", reading)
+    real_init = CupyBackend.__init__
+    seen = []
+
+    def slow_start(self, *args, **kwargs):
+        seen.append(read.wait(timeout=30))  # a GPU's start outlasting the first read
+        seen.append(threading.current_thread().name)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(CupyBackend, "__init__", slow_start)
+    monkeypatch.setattr(compute_api, "start_backend", gpu.start_backend)
+    got = tse.reduce(ds["data"], "mean", dim="time", backend="cupy", progress=False)
+    want = src.evaluate(tuple(slice(0, n) for n in src.shape)).astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(got.values, want, rtol=1e-6)
+    assert seen == [True, "tsexplore-gpu-start"]
+
+
+def test_a_gpu_that_fails_to_start_says_why(cupy, monkeypatch):
+    src = SyntheticSource((48, 70, 50), (8, 32, 32), "float32")
+    ds = tse.open_dataset(src)
+
+    def no_gpu(self, *args, **kwargs):
+        raise BackendUnavailableError("the GPU fell off the bus")
+
+    monkeypatch.setattr(CupyBackend, "__init__", no_gpu)
+    monkeypatch.setattr(compute_api, "start_backend", gpu.start_backend)
+    with pytest.raises(BackendUnavailableError, match="fell off the bus"):
+        tse.reduce(ds["data"], "mean", dim="time", backend="cupy", progress=False)
+    # the next reduction of the same data runs (the failed one left no stream holding it)
+    got = tse.reduce(ds["data"], "max", dim="time", backend="numpy", progress=False)
+    want = src.evaluate(tuple(slice(0, n) for n in src.shape)).max(axis=0)
+    np.testing.assert_array_equal(got.values, want)
+
+
+def _handover(op_name, cpu_chunks, starting_result):
+    """``accumulate`` over a synthetic cube whose backend becomes ready after ``cpu_chunks``
+    chunks were taken; (state, chunks the backend staged, the backend, the source)."""
+    import concurrent.futures as cf
+
+    src = SyntheticSource((40, 33, 20), (8, 16, 16), "float32")
+    plan = ReducePlan(src.shape, src.chunks, (0,))
+    op = make_op(op_name, np.dtype("float32"))
+    starting = cf.Future()
+    backend = starting_result()
+
+    def chunks():
+        for n, index in enumerate(plan.order()):
+            if n == cpu_chunks:
+                starting.set_result(backend)
+            yield index, src.read_chunk_sync(index)[0]
+
+    staged = []
+    real = backend.device_chunk
+    backend.device_chunk = lambda chunk: staged.append(chunk.shape) or real(chunk)
+    state = accumulate(src, plan, op, starting, chunks=chunks())
+    return op.finalize(state), staged, backend, src, plan
+
+
+@pytest.mark.parametrize("op_name", ["sum", "mean", "var", "min", "max", "count"])
+def test_chunks_that_arrive_while_the_gpu_starts_reduce_on_the_cpu(cupy, op_name):
+    """The first 5 chunks arrive before the GPU is up and reduce with NumPy, the rest on the
+    GPU; the merged answer is the whole reduction's."""
+    got, staged, backend, src, plan = _handover(op_name, 5, lambda: CupyBackend(8 * 16 * 16 * 4))
+    assert len(staged) == plan.nchunks - 5
+    whole = src.evaluate(tuple(slice(0, n) for n in src.shape))
+    want = make_op(op_name, whole.dtype)
+    np.testing.assert_allclose(got, want.finalize(want.partial(whole, (0,))), rtol=1e-6)
+    assert type(got) is np.ndarray  # the merged state came back to the host
+    assert backend._buffers == []  # the GPU's staging buffers were released
+
+
+def test_a_reduction_done_before_the_gpu_is_up_waits_for_it_and_closes_it(cupy):
+    import concurrent.futures as cf
+
+    src = SyntheticSource((16, 8, 8), (8, 8, 8), "float32")
+    plan = ReducePlan(src.shape, src.chunks, (0,))
+    op = make_op("max", np.dtype("float32"))
+    starting = cf.Future()
+    backend = CupyBackend(8 * 8 * 8 * 4)
+    later = threading.Timer(0.2, starting.set_result, [backend])  # up after the last chunk
+    later.start()
+    chunks = [(i, src.read_chunk_sync(i)[0]) for i in plan.order()]
+    got = op.finalize(accumulate(src, plan, op, starting, chunks=chunks, wait=30))
+    np.testing.assert_array_equal(got, src.evaluate((slice(0, 16), slice(0, 8), slice(0, 8))).max(0))
+    assert backend.staged == 0 and backend._buffers == []  # never used, closed when it came
+
+    failing = cf.Future()
+    threading.Timer(0.2, failing.set_exception, [BackendUnavailableError("no device")]).start()
+    with pytest.raises(BackendUnavailableError, match="no device"):
+        accumulate(src, plan, op, failing, chunks=chunks, wait=30)
+    never = cf.Future()
+    with pytest.raises(BackendUnavailableError, match="did not start within"):
+        accumulate(src, plan, op, never, chunks=chunks, wait=0.1)
 
 
 def test_staging_buffers_are_not_overwritten_while_in_use(cupy):

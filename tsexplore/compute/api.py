@@ -13,7 +13,7 @@ import xarray as xr
 from .. import config
 from ..errors import ConfigError
 from .feed import Feed, feed_for, read_locally
-from .gpu import BACKENDS, make_backend
+from .gpu import BACKENDS, check_cupy_installed, start_backend
 from .job import Progress, ReductionCancelledError, ReductionJob
 from .ops import MinMaxOp, Op, State, make_op
 from .plan import ReducePlan, normalize_axes
@@ -47,8 +47,9 @@ def reduce(
     and std); the answer is a DataArray with the remaining dims and their coords, like
     ``da.mean(dim)`` (histograms add a trailing ``bin`` dim).
 
-    ``backend``: ``"numpy"``, ``"cupy"`` (each chunk is copied to the GPU and reduced there)
-    or ``"auto"`` (CuPy when a GPU is usable, else NumPy). ``client``: a
+    ``backend``: ``"numpy"``, ``"cupy"`` (each chunk is copied to the GPU and reduced there;
+    the chunks read while the GPU starts reduce on the CPU, and the two partial results
+    merge) or ``"auto"`` (CuPy when a GPU is usable, else NumPy). ``client``: a
     ``dask.distributed.Client`` to spread chunk ranges over its workers. ``progress`` shows
     a bar (a widget in a notebook, tqdm in a terminal). ``background=True`` returns a
     :class:`~tsexplore.compute.ReductionJob` at once (``.progress``, ``.cancel()``,
@@ -109,9 +110,7 @@ def _prepare(
 
         check_client(client)
     elif backend == "cupy":
-        from .gpu import import_cupy
-
-        import_cupy()  # no CuPy or no GPU: say so now, not from a background thread
+        check_cupy_installed()  # no CuPy: say so now (a GPU that cannot start raises later)
     if op != "histogram" and (bins is not None or range_ is not None):
         raise ConfigError(f"bins= and range= apply to op='histogram', not to {op!r}")
     if op not in ("var", "std") and ddof != 0:
@@ -215,17 +214,15 @@ def _execute(
             progress=prog,
             cancel=cancel,
         )
-    from .stream import accumulate
+    from .stream import accumulate, warm_kernels
 
-    backend = make_backend(request.backend, source.chunk_nbytes())
-    try:
-        chunks = None
-        if not request.feed.through_engine:
-            chunks = read_locally(source, plan.order())
-        state = accumulate(source, plan, op, backend, progress=prog, cancel=cancel, chunks=chunks)
-        return backend.state_to_host(state)
-    finally:
-        backend.close()
+    # the backend starts on its own thread; chunks read before it is up reduce on the CPU
+    first = tuple(min(c, n) for c, n in zip(source.chunks, source.shape))
+    warm = warm_kernels(op, plan, first, source.dtype)
+    starting = start_backend(request.backend, source.chunk_nbytes(), warm)
+    chunks = None if request.feed.through_engine else read_locally(source, plan.order())
+    return accumulate(source, plan, op, starting, progress=prog, cancel=cancel, chunks=chunks,
+                      wait=config.get().wait_timeout)
 
 
 def _to_dataarray(request: _Request, op: Op, state: State) -> xr.DataArray:

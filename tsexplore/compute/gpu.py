@@ -10,7 +10,12 @@ only here, only when ``backend="cupy"`` (or ``"auto"``) is asked for.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,15 @@ def import_cupy() -> Any:
             'Use backend="numpy", or backend="auto" to fall back to the CPU'
         )
     return cupy
+
+
+def check_cupy_installed() -> None:
+    """Raise :class:`MissingDependencyError` now when CuPy is not installed; cheap (CuPy is
+    not imported: that and the GPU's start happen in :func:`start_backend`)."""
+    if "cupy" in sys.modules:
+        return
+    if importlib.util.find_spec("cupy") is None:
+        raise missing_dependency("cupy", "gpu", 'backend="cupy"')
 
 
 def gpu_available() -> bool:
@@ -107,6 +121,40 @@ class CupyBackend:
             self.stream.synchronize()
         self._buffers = []
         self._events = []
+
+
+def start_backend(
+    name: str, chunk_nbytes: int, warm: Callable[[Any], None] | None = None
+) -> cf.Future:
+    """:func:`make_backend` on a thread of its own, as a Future: a GPU's start (CuPy's
+    import, the CUDA context, the stream and pinned buffers) runs while chunks are read.
+
+    ``warm(backend)`` runs on that thread before the Future is done (a reduction launches
+    its kernels once, so that CuPy compiles or loads them there and not at the first chunk).
+    The thread ends when the backend is made; NumPy needs no start and is returned done.
+    """
+    future: cf.Future = cf.Future()
+    if name == "numpy":
+        future.set_result(make_backend(name, chunk_nbytes))
+        return future
+
+    def start() -> None:
+        try:
+            backend = make_backend(name, chunk_nbytes)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reduction
+            future.set_exception(exc)
+            return
+        try:
+            if warm is not None and backend.name != "numpy":
+                warm(backend)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reduction
+            backend.close()
+            future.set_exception(exc)
+            return
+        future.set_result(backend)
+
+    threading.Thread(target=start, name="tsexplore-gpu-start", daemon=True).start()
+    return future
 
 
 def make_backend(name: str, chunk_nbytes: int) -> Any:

@@ -8,14 +8,16 @@ the output.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..engine import get_engine
+from ..errors import BackendUnavailableError
 from ..sources.base import ChunkSource
 from .job import Progress, ReductionCancelledError
 from .ops import Op, State
@@ -62,33 +64,89 @@ def _chunks(
         raise ReductionCancelledError("the reduction was cancelled; no result was produced")
 
 
+def _close_started(future: cf.Future) -> None:
+    """Close the backend a start gives (a done-callback: the reduction ended without it)."""
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
+def warm_kernels(op: Op, plan: ReducePlan, chunk_shape: tuple[int, ...], dtype: Any
+                 ) -> Callable[[Any], None]:
+    """What :func:`accumulate` does with one chunk, on a chunk of zeros of the first chunk's
+    shape: run on a backend as it starts, it makes CuPy compile (or load) the kernels."""
+
+    def warm(backend: Any) -> None:
+        xp = backend.xp
+        with backend.activate():
+            acc = op.empty(plan.out_shape, xp)
+            part = op.partial(xp.zeros(chunk_shape, dtype), plan.axes, xp)
+            op.merge_into(acc, plan.region(plan.kblock((0,) * len(chunk_shape))), part, xp)
+            backend.state_to_host(part)  # waits for the kernels
+
+    return warm
+
+
 def accumulate(
     source: ChunkSource,
     plan: ReducePlan,
     op: Op,
-    backend: Any,
+    starting: cf.Future,
     *,
-    start: int = 0,
-    stop: int | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     chunks: Iterable[tuple[ChunkIndex, np.ndarray]] | None = None,
+    wait: float = 300.0,
 ) -> State:
-    """Fold chunks at positions ``start..stop`` of ``plan`` into a state of the output's shape.
+    """Fold every chunk of ``plan`` into a host-side state, on the backend ``starting``
+    (:func:`~.gpu.start_backend`) gives once it is ready, and with NumPy until then.
+
+    A GPU takes about a second to start (CuPy's import, the CUDA context, loading the
+    kernels). The reduction does not wait for it: the chunks that arrive meanwhile are
+    reduced on the CPU, the rest on the GPU, and the two states merge at the end (every op's
+    merge is associative). When the chunks end before the GPU is up, the start is still
+    waited for (at most ``wait`` seconds), so that a GPU that cannot start raises as it
+    would have before any chunk was read; the unused backend is then closed.
 
     ``chunks`` replaces the engine's stream (e.g. :func:`~tsexplore.compute.feed.read_locally`).
     """
-    xp = backend.xp
     axes = plan.axes
-    with backend.activate():
-        acc = op.empty(plan.out_shape, xp)
-        for index, chunk in _chunks(source, plan, start, stop, cancel, chunks):
-            x = backend.device_chunk(chunk)
-            part = op.partial(x, axes, xp)
-            op.merge_into(acc, plan.region(plan.kblock(index)), part, xp)
+    cpu: State | None = None
+    device: Any = None
+    acc: State | None = None
+
+    def unused() -> None:  # the run ended before it took the backend: close it when it comes
+        if device is None:
+            starting.add_done_callback(_close_started)
+
+    with contextlib.ExitStack() as stack:
+        stack.callback(unused)
+        for index, chunk in _chunks(source, plan, 0, None, cancel, chunks):
+            if device is None and starting.done():
+                device = starting.result()  # a start that failed raises here
+                stack.callback(device.close)
+                stack.enter_context(device.activate())
+                acc = op.empty(plan.out_shape, device.xp)
+            region = plan.region(plan.kblock(index))
+            if acc is not None:
+                xp = device.xp
+                op.merge_into(acc, region, op.partial(device.device_chunk(chunk), axes, xp), xp)
+            else:
+                if cpu is None:
+                    cpu = op.empty(plan.out_shape, np)
+                op.merge_into(cpu, region, op.partial(chunk, axes, np), np)
             if progress is not None:
                 progress.advance(1, chunk.nbytes)
-    return acc
+        if acc is None:
+            try:
+                starting.result(timeout=wait)
+            except cf.TimeoutError:
+                raise BackendUnavailableError(
+                    f"the compute backend did not start within {wait:.0f} s (tse.config "
+                    'wait_timeout); use backend="numpy", or check the GPU with nvidia-smi'
+                ) from None
+            return cpu if cpu is not None else op.empty(plan.out_shape, np)
+        state = device.state_to_host(acc)
+    return state if cpu is None else op.merge(cpu, state, np)
 
 
 def accumulate_blocks(
