@@ -766,6 +766,36 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
     assert key(3) in eng.cache and v3 is not None
 
 
+def test_the_prefetch_speeds_up_only_for_a_reader_on_its_heels(monkeypatch) -> None:
+    """Taking a chunk read ahead a moment ago (a scrub) lets the prefetch use every read
+    thread; taking one it read long before (a 30 fps play) keeps its cap, so that a core stays
+    free for the reader; joining a read ahead still in flight is catching up too."""
+    import tsexplore.engine.scheduler as scheduler
+
+    src = CountingSource(SyntheticSource((6, 8), (1, 8), "float32"))
+    eng = get_engine()
+    table = eng._table
+
+    def read_ahead(i: int) -> None:
+        eng.request(src, [(i, 0)], Priority.SPECULATIVE)[0].result(5)
+        deadline = time.monotonic() + 5
+        while eng.key(src, (i, 0)) not in eng.cache and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    table.catching_up_until = 0.0
+    monkeypatch.setattr(scheduler, "CATCH_UP_LEAD", 0.0)  # every read ahead ended "long ago"
+    read_ahead(0)
+    eng.request(src, [(0, 0)])[0].result(5)
+    assert table.catching_up_until == 0.0
+    assert eng.speculative_cap("sync") == min(eng._io.threads, max(1, (os.cpu_count() or 2) - 1))
+    monkeypatch.setattr(scheduler, "CATCH_UP_LEAD", 1e9)  # every read ahead ended a moment ago
+    read_ahead(1)
+    eng.request(src, [(1, 0)])[0].result(5)
+    assert table.catching_up_until > time.monotonic()
+    assert eng.speculative_cap("sync") == eng.concurrency("sync")
+    assert src.reads == 2  # both were reads ahead the reader used
+
+
 def test_a_guess_of_a_chunk_a_one_pass_reader_took_is_refused_when_admitted() -> None:
     """The prefetcher's own check (not cached, not taken) and its request are two steps: the
     one-pass reader may take the chunk, and its read end uncached, in between. The read

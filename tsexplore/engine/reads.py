@@ -24,6 +24,7 @@ import collections
 import concurrent.futures as cf
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -36,6 +37,10 @@ from .types import WHOLE, ChunkIndex, ChunkRequest, Owner, Priority
 
 #: seconds the prefetch runs at full speed after a reader caught up with it
 CATCH_UP_SECONDS = 2.0
+#: a reader that takes a prefetched chunk read less than this long ago is on the prefetch's
+#: heels (a scrub); one that takes chunks read long before (a 30 fps play) is not, and the
+#: prefetch keeps a core free for it
+CATCH_UP_LEAD = 0.15
 #: chunks taken by one-pass readers that the table remembers (guesses of them are refused)
 TAKEN_MEMORY = 4096
 
@@ -94,8 +99,9 @@ class ReadTable:
         self._generations: dict[str, int] = {}
         #: queued reads by (source token, coalesce key), for batches
         self._groups: dict[tuple[str, Hashable], list[Read]] = {}
-        #: chunks the prefetcher read that no one has used yet (prefetch_used accounting)
-        self.prefetched: set[ChunkRequest] = set()
+        #: chunks the prefetcher read that no one has used yet (prefetch_used accounting):
+        #: when each read ended (``time.monotonic()``; inf while it runs)
+        self.prefetched: dict[ChunkRequest, float] = {}
         #: per source token, how many of its prefetched chunks a reader used
         self.used_by_token: dict[str, int] = {}
         #: chunks one-pass readers asked for lately (they will not ask again), oldest first
@@ -156,7 +162,7 @@ class ReadTable:
         self._unvisible_locked(read)
         del self._reads[read.key]
         self._ungroup_locked(read)
-        self.prefetched.discard(read.key)
+        self.prefetched.pop(read.key, None)
         try:  # a read thread may finish it meanwhile (settle tolerates the other order)
             read.future.set_exception(exc)
         except cf.InvalidStateError:
@@ -234,7 +240,7 @@ class ReadTable:
                 self.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
             tally.joined += 1
             if read.key in self.prefetched:
-                self.prefetched.discard(read.key)
+                del self.prefetched[read.key]
                 self._used_locked(read.key)
                 tally.prefetch_used += 1
         if priority < read.priority:
@@ -263,7 +269,7 @@ class ReadTable:
         else:
             tally.prefetch_reads += 1
             if priority is Priority.SPECULATIVE:
-                self.prefetched.add(key)
+                self.prefetched[key] = math.inf
                 tally.speculative_reads += 1
         return read
 
@@ -307,14 +313,29 @@ class ReadTable:
 
     def take_prefetched(self, key: ChunkRequest) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""
+        return self.take_prefetched_at(key) is not None
+
+    def take_prefetched_at(self, key: ChunkRequest) -> float | None:
+        """When the read ahead of ``key`` ended (inf: it had not), now that it is used
+        (counted once); None when ``key`` was not read ahead."""
         if key not in self.prefetched:
-            return False
+            return None
         with self.lock:
-            if key not in self.prefetched:
-                return False
-            self.prefetched.discard(key)
-            self._used_locked(key)
-            return True
+            ended = self.prefetched.pop(key, None)
+            if ended is not None:
+                self._used_locked(key)
+            return ended
+
+    def prefetch_ended(self, key: ChunkRequest) -> None:
+        """The read ahead of ``key`` ended and was kept: its value waits in the cache."""
+        with self.lock:
+            if key in self.prefetched:
+                self.prefetched[key] = time.monotonic()
+
+    def unprefetched(self, key: ChunkRequest) -> None:
+        """``key``'s read ahead left nothing to use (not kept)."""
+        with self.lock:
+            self.prefetched.pop(key, None)
 
     def _used_locked(self, key: ChunkRequest) -> None:
         token = key.array

@@ -42,7 +42,7 @@ from .hints import ReadAheadMemory
 from .lookahead import look_ahead
 from .loop import IOLoop, on_read_thread
 from .prefetch import Prefetcher
-from .reads import CATCH_UP_SECONDS, Read, ReadTable, Tally
+from .reads import CATCH_UP_LEAD, CATCH_UP_SECONDS, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
@@ -243,6 +243,7 @@ class Engine:
         prefetched = self._table.prefetched
         out: list[np.ndarray | cf.Future] = []
         consumed = []
+        heels = False
         for key, value in zip(keys, found):
             if value is None:
                 read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
@@ -254,13 +255,15 @@ class Engine:
                 tally.hits += 1
                 if not prefetched:
                     continue
-                if key in prefetched and self._table.take_prefetched(key):  # read ahead as asked
+                ended = self._table.take_prefetched_at(key) if key in prefetched else None
+                if ended is None and key.part is not WHOLE:  # its chunk was read ahead
+                    ended = self._table.take_prefetched_at(key.whole)
+                elif ended is not None and (not keep or key.part is not WHOLE):
+                    consumed.append(key)
+                if ended is not None:
                     tally.prefetch_used += 1
-                    if not keep or key.part is not WHOLE:
-                        consumed.append(key)
-                elif key.part is not WHOLE and self._table.take_prefetched(key.whole):  # its chunk
-                    tally.prefetch_used += 1
-        if tally.prefetch_used:  # the reader is on the prefetch's heels: let it run at full speed
+                    heels = heels or time.monotonic() - ended < CATCH_UP_LEAD
+        if heels:  # the reader is on the prefetch's heels: let it run at full speed
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
@@ -357,7 +360,9 @@ class Engine:
             return
         value = job.value
         if value is None or not (read.keep and self.cache.put(read.key, value)):
-            self._table.prefetched.discard(read.key)
+            self._table.unprefetched(read.key)
+        else:
+            self._table.prefetch_ended(read.key)
         self._table.settle(read, result=value)
 
     # -- nested reads ------------------------------------------------------------------------
