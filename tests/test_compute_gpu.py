@@ -201,20 +201,25 @@ def test_a_reduction_done_before_the_gpu_is_up_waits_for_it_and_closes_it(cupy):
     op = make_op("max", np.dtype("float32"))
     starting = cf.Future()
     backend = CupyBackend(8 * 8 * 8 * 4)
-    later = threading.Timer(0.2, starting.set_result, [backend])  # up after the last chunk
-    later.start()
-    chunks = [(i, src.read_chunk_sync(i)[0]) for i in plan.order()]
-    got = op.finalize(accumulate(src, plan, op, starting, chunks=chunks, wait=30))
+    read = [(i, src.read_chunk_sync(i)[0]) for i in plan.order()]
+
+    def chunks(settle):  # the start ends (on another thread, a moment later) after the last chunk
+        yield from read
+        threading.Timer(0.05, settle).start()
+
+    got = op.finalize(accumulate(src, plan, op, starting, wait=30,
+                                 chunks=chunks(lambda: starting.set_result(backend))))
     np.testing.assert_array_equal(got, src.evaluate((slice(0, 16), slice(0, 8), slice(0, 8))).max(0))
-    assert backend.staged == 0 and backend._buffers == []  # never used, closed when it came
+    assert starting.done() and backend.staged == 0  # waited for, never used
+    assert backend._buffers == []  # closed when it came
 
     failing = cf.Future()
-    threading.Timer(0.2, failing.set_exception, [BackendUnavailableError("no device")]).start()
     with pytest.raises(BackendUnavailableError, match="no device"):
-        accumulate(src, plan, op, failing, chunks=chunks, wait=30)
+        accumulate(src, plan, op, failing, wait=30, chunks=chunks(
+            lambda: failing.set_exception(BackendUnavailableError("no device"))))
     never = cf.Future()
     with pytest.raises(BackendUnavailableError, match="did not start within"):
-        accumulate(src, plan, op, never, chunks=chunks, wait=0.1)
+        accumulate(src, plan, op, never, chunks=read, wait=0.1)
 
 
 def test_staging_buffers_are_not_overwritten_while_in_use(cupy):

@@ -328,12 +328,16 @@ class ReadTable:
 
     def prefetch_ended(self, key: ChunkRequest) -> None:
         """The read ahead of ``key`` ended and was kept: its value waits in the cache."""
+        if key not in self.prefetched:  # most reads are not reads ahead: no lock for them
+            return
         with self.lock:
             if key in self.prefetched:
                 self.prefetched[key] = time.monotonic()
 
     def unprefetched(self, key: ChunkRequest) -> None:
         """``key``'s read ahead left nothing to use (not kept)."""
+        if key not in self.prefetched:
+            return
         with self.lock:
             self.prefetched.pop(key, None)
 
