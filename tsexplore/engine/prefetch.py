@@ -96,6 +96,7 @@ class PrefetchHost(Protocol):
     def call_soon(self, fn: Any, *args: Any) -> None: ...
     def submit(self, source: ChunkSource, requests: list[ChunkRequest], priority: Priority = ..., *,
                channel: str | None = ..., generation: int | None = ..., skip_taken: bool = ...) -> list[Any]: ...
+    def catch_up(self) -> None: ...
 
 
 class Observation(NamedTuple):
@@ -472,6 +473,8 @@ class Prefetcher:
             # the chunks ahead are cached) and those ahead
             here = list(itertools.product(*(range(lo, hi + 1) for lo, hi in history[-1].ranges)))
             engine.hints.advise(source, here + indices)
+            if not set(here).isdisjoint(indices):  # the reader is on them now, reading by parts:
+                engine.catch_up()  # the prefetch runs at full speed till it has passed them
         elif views is None:
             engine.hints.advise(source, indices)  # the store can start on all of them
         engine.submit(

@@ -312,6 +312,11 @@ class Engine:
             return max(2, spare, self.concurrency(lane) // 2)
         return min(self._io.threads, spare)
 
+    def catch_up(self) -> None:
+        """The reader is at the chunks being read ahead: let the prefetch run at full speed
+        (``speculative_cap``) for the next ``CATCH_UP_SECONDS``."""
+        self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float:
         """Expected seconds to read ``nchunks`` chunks of ``source`` at today's concurrency."""
         per = self.context.link(source).read_latency
