@@ -954,3 +954,118 @@ def test_cancel_drops_the_queued_reads_of_older_generations() -> None:
     with pytest.raises(RequestCancelledError):
         later.result(10)
     assert all(f.result(10) is not None for f in busy)
+
+
+def test_the_cache_hands_over_a_value_only_when_nothing_else_refers_to_it() -> None:
+    """``ChunkCache.take`` gives a decoded value away (removed, writable) only when the cache
+    and the caller's declared references are all that refer to it, and its memory is its own
+    or a recycled buffer nothing else views; otherwise the entry stays."""
+    from tsexplore.sources import buffers
+
+    cache = ChunkCache(1 << 30)
+    key = tse.engine.ChunkRequest("a", (0,))
+
+    def put(value: np.ndarray) -> None:
+        cache.put(key, value)
+
+    put(np.arange(10.0))
+    owned = cache.take(key)
+    assert owned is not None and owned.flags.writeable and key not in cache
+    np.testing.assert_array_equal(owned, np.arange(10.0))
+    held = np.arange(10.0)
+    put(held)  # the caller still refers to it
+    assert cache.take(key) is None and key in cache
+    assert cache.take(key, holders=1) is held and key not in cache
+    root = buffers.empty(1 << 20)
+    frame = root.view(np.float32).reshape(512, 512)
+    other = root[:10]  # a second view of the same recycled memory
+    del root
+    put(frame)
+    del frame
+    assert cache.take(key) is None and key in cache
+    del other
+    taken = cache.take(key)
+    assert taken is not None and taken.shape == (512, 512) and taken.flags.writeable
+    base = np.arange(100.0)
+    put(base[10:20])  # a view of an array the caller still holds (a user's array)
+    assert cache.take(key) is None and key in cache
+    cache.discard([key])
+    put(np.frombuffer(bytearray(80), dtype=np.float64)[2:])  # memory of a bytes object
+    assert cache.take(key) is None and key in cache
+    cache.discard([key])
+    put(np.arange(100.0)[10:20])  # a view of an array only it refers to
+    assert cache.take(key) is not None
+    cache.discard([key])
+    put(np.zeros(4))
+    cache.pin([key])
+    assert cache.take(key) is None and key in cache
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_steady_scrub_of_one_frame_deep_chunks_owns_its_frames(
+    tmp_path: Path, sharded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks one frame deep (a chunk, or a sharded unit of inner chunks, per time step),
+    scrubbed steadily: the frames are the cached chunks handed over, not copies of them --
+    and each still equals xarray's own frame, is writable, shares memory with no other frame
+    or with the cache, and writing into it changes nothing read later."""
+    import xarray as xr
+
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(48, 32, 40)).astype("float32")
+    path = tmp_path / "frames.zarr"
+    encoding = {"chunks": (1, 32, 40)}
+    if sharded:  # units of one frame's inner chunks (as 1 x 256 x 256 in 1024-wide shards)
+        from tsexplore.sources import sharding
+
+        monkeypatch.setattr(sharding, "UNIT_BYTES", 32 * 40 * 4)
+        encoding = {"chunks": (1, 16, 20), "shards": (8, 32, 40)}
+    xr.Dataset({"v": (("time", "y", "x"), data)}).to_zarr(path, encoding={"v": encoding}, zarr_format=3)
+    truth = xr.open_zarr(path)["v"]
+    da = tse.open_dataset(path)["v"]
+    before = tse.stats().handed_over
+    frames = [da.isel(time=t).values for t in range(48)]
+    handed = tse.stats().handed_over - before
+    assert handed > 0
+    for t, frame in enumerate(frames):
+        assert frame.flags.writeable
+        np.testing.assert_array_equal(frame, truth.isel(time=t).values)
+    for a, b in zip(frames, frames[1:]):
+        assert not np.shares_memory(a, b)
+    eng = get_engine()
+    for value in list(eng.cache._data.values()):
+        if isinstance(value, np.ndarray):
+            assert not any(np.shares_memory(value, f) for f in frames)
+    frames[20][:] = -1.0  # the reader's own array now
+    again = [da.isel(time=t).values for t in range(30, 15, -1)]  # back over it
+    for t, frame in zip(range(30, 15, -1), again):
+        np.testing.assert_array_equal(frame, data[t])
+    np.testing.assert_array_equal(frames[19], data[19])
+
+
+def test_a_chunk_someone_else_holds_is_copied_not_handed_over(tmp_path: Path) -> None:
+    """A steady scrub reaches a cached chunk that another consumer still holds (here: the
+    test, through the cache): the frame is a copy, and the held chunk is untouched."""
+    import xarray as xr
+
+    data = np.arange(24 * 8 * 10, dtype="float32").reshape(24, 8, 10)
+    path = tmp_path / "held.zarr"
+    xr.Dataset({"v": (("time", "y", "x"), data)}).to_zarr(
+        path, encoding={"v": {"chunks": (1, 8, 10)}}, zarr_format=3)
+    da = tse.open_dataset(path)["v"]
+    for t in range(6):
+        da.isel(time=t).values
+    eng = get_engine()
+    token = next(k.array for k in eng.cache._data if isinstance(k, tse.engine.ChunkRequest))
+    key = tse.engine.ChunkRequest(token, (6, 0, 0))
+    deadline = time.monotonic() + 10
+    while key not in eng.cache and time.monotonic() < deadline:  # read ahead by the scrub
+        time.sleep(0.01)
+    held = eng.cache.get(key)
+    assert held is not None
+    before = tse.stats().handed_over
+    frame = da.isel(time=6).values
+    assert tse.stats().handed_over == before
+    assert not np.shares_memory(frame, held) and frame.flags.writeable
+    frame[:] = 0
+    np.testing.assert_array_equal(held[0], data[6])
