@@ -173,20 +173,12 @@ def test_a_fast_scrub_of_one_frame_chunks_keeps_only_the_chunks_around_the_view(
     arr[...] = values
     ds = tse.open_dataset(tmp_path / "f.zarr")
     da = ds[list(ds.data_vars)[0]]
-    def cached_rows() -> list[int]:
-        return sorted(k.index[0] for k in tse.get_engine().cache.keys() if isinstance(k, ChunkRequest))
-
-    ahead: list[int] = []
     for t in range(128):
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
-        if t == 100:
-            ahead = [r for r in cached_rows() if r > t]
-    assert ahead  # the decoded tier holds the chunks read ahead of the view
     time.sleep(0.3)  # the engine's thread has planned from every read
-    rows = cached_rows()
-    # (the chunks the reader took were handed over or released) at most the first views,
-    # read before play was a pattern, and the last ones
-    assert len([r for r in rows if r < 128 - 8]) <= 3, rows
+    rows = sorted(k.index[0] for k in tse.get_engine().cache.keys() if isinstance(k, ChunkRequest))
+    # around the last view, and at most the first views, read before play was a pattern
+    assert rows and len([r for r in rows if r < 128 - 8]) <= 3, rows
 
 
 def test_a_second_loop_of_remote_play_decodes_from_the_encoded_tier(cube) -> None:  # type: ignore[no-untyped-def]

@@ -88,8 +88,9 @@ def read_selection(
             local = shift(local, requests[0].box)  # type: ignore[arg-type]
         out = finish(take_piece(chunk, local), plan)
     else:
-        handed = _handed_over(engine, source, plan, requests, items)
-        out = handed if handed is not None else assemble(plan, items, dtype, timeout, requests)
+        out = _handed_over(engine, source, plan, requests, items)
+        if out is None:
+            out = assemble(plan, items, dtype, timeout, requests)
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.prefetcher.observe_soon(source, plan, not cache, key)
@@ -110,7 +111,7 @@ def _handed_over(
     local = plan.placements[0][1]
     chunk = items[0]
     if (type(chunk) is not np.ndarray or chunk.shape != plan.block_shape or chunk.dtype != source.dtype
-            or any(not isinstance(s, slice) or s.start or (s.step or 1) != 1 for s in local)):
+            or any(s.start or (s.step or 1) != 1 for s in local)):
         return None  # a future (a read the reader waited for), or a piece of the chunk
     del chunk  # the reader's one reference is its list's (``holders`` below)
     if not engine.prefetcher.passes(source):

@@ -268,8 +268,8 @@ _COUNTS = hasattr(sys, "getrefcount") and sys.implementation.name == "cpython"
 
 def _unshared(data: dict[Hashable, Any], key: Hashable, holders: int) -> bool:
     """Whether ``data[key]`` is an array that only its entry and ``holders`` other references
-    refer to, and whose memory is its own, or that of an array owning it or of a recycled
-    buffer (:mod:`~tsexplore.sources.buffers`) that only it views."""
+    refer to, and whose memory is its own or a recycled buffer (:mod:`~tsexplore.sources.
+    buffers`) that only it views."""
     value = data.get(key)
     if type(value) is not np.ndarray or not _COUNTS:
         return False
@@ -280,7 +280,7 @@ def _unshared(data: dict[Hashable, Any], key: Hashable, holders: int) -> bool:
     base = value.base
     if base is None:
         return bool(value.flags.owndata)
-    if type(base) is not np.ndarray or not (base.flags.owndata or buffers.recycled(base)):
-        return False  # memory of something else's (a user's array, a file mapped)
+    if not buffers.recycled(base):
+        return False
     del base
     return _refs_of_base(value) == _ALONE_UNDER_VIEW

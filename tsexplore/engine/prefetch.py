@@ -205,16 +205,6 @@ def steady_steps(history: list[Observation]) -> int:
     return n
 
 
-def passes_chunks(history: list[Observation], axis: int, direction: int) -> bool:
-    """Whether the steady run of views (:func:`steady_steps`) moved at most two chunks a
-    step along ``axis`` the way ``direction`` says: it passes the chunks it leaves, rather
-    than jumping (what a jump leaves may be seen again)."""
-    steps = steady_steps(history)
-    began = history[max(0, len(history) - 1 - steps)].ranges[axis][0 if direction > 0 else 1]
-    first, last = history[-1].ranges[axis]
-    return abs((first if direction > 0 else last) - began) <= 2 * max(1, steps)
-
-
 def shifted_keys(
     key: tuple[object, ...], shape: tuple[int, ...], axis: int, step: int, n: int
 ) -> list[tuple[object, ...]]:
@@ -336,15 +326,14 @@ class Prefetcher:
         return self._mode.get(source.token, ("none",))[0] == "momentum"
 
     def passes(self, source: ChunkSource) -> bool:
-        """Whether the views of ``source`` move steadily along one axis, a chunk or two a step
-        (a scrub, play): a view that holds whole chunks along it leaves them with its next
-        step, and the release of passed chunks (:meth:`_release_passed`) then lets them go."""
-        mode = self._mode.get(source.token)
-        if mode is None or mode[0] != "momentum":
+        """Whether the views of ``source`` move steadily along one axis (a scrub, play): a view
+        that holds whole chunks along it leaves them with its next step, and the release of
+        passed chunks (:meth:`_release_passed`) then lets them go."""
+        if not self.following(source):
             return False
         with self._lock:
             history = list(self._history.get(source.token, ()))
-        return steady_steps(history) >= UNIT_STEADY and passes_chunks(history, *mode[1:])  # type: ignore[arg-type]
+        return steady_steps(history) >= UNIT_STEADY
 
     def guesses(self, source: ChunkSource, policy: str) -> Guesses:
         """The record of ``source``'s guesses under ``policy`` ("momentum", "neighbourhood")."""
@@ -523,7 +512,7 @@ class Prefetcher:
             recorded = self._recorded[token]
             mark = self._passed.get(token)
             self._passed[token] = (axis, direction, now, recorded)
-        if not passes_chunks(history, axis, direction):
+        if abs(now - began) > 2 * max(1, steps):
             return  # the views jump (more than two chunks a step): what they left may be seen again
         if mark is not None and mark[:2] == (axis, direction):
             start, views = mark[2], recorded - mark[3]
