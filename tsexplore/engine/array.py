@@ -25,7 +25,7 @@ from .loop import on_read_thread
 from .parts import is_part, plan_requests, shift
 from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .scheduler import Engine, get_engine
-from .types import WHOLE, ChunkRequest, Priority
+from .types import ChunkRequest, Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -88,39 +88,11 @@ def read_selection(
             local = shift(local, requests[0].box)  # type: ignore[arg-type]
         out = finish(take_piece(chunk, local), plan)
     else:
-        out = _handed_over(engine, source, plan, requests, items)
-        if out is None:
-            out = assemble(plan, items, dtype, timeout, requests)
+        out = assemble(plan, items, dtype, timeout, requests)
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.prefetcher.observe_soon(source, plan, not cache, key)
     return out
-
-
-def _handed_over(
-    engine: Engine, source: ChunkSource, plan: SelectionPlan, requests: list[ChunkRequest], items: list
-) -> np.ndarray | None:
-    """The selection as its chunk itself, not a copy of it: when it is one whole chunk found
-    in the cache, a steady pattern leaves that chunk behind with its next view (where the
-    prefetcher would let it go: :meth:`~.prefetch.Prefetcher.passes`), and nothing else refers
-    to it, the cache lets it go now and the reader owns it. Chunks one view deep -- sharded
-    ``1 x ...`` inner chunks, a chunk or a file per time step -- are scrubbed and played this
-    way with one copy fewer a frame. None where that cannot be (the caller copies)."""
-    if len(items) != 1 or requests[0].part is not WHOLE or not plan.basic or plan.reordered:
-        return None
-    local = plan.placements[0][1]
-    chunk = items[0]
-    if (type(chunk) is not np.ndarray or chunk.shape != plan.block_shape or chunk.dtype != source.dtype
-            or any(s.start or (s.step or 1) != 1 for s in local)):
-        return None  # a future (a read the reader waited for), or a piece of the chunk
-    del chunk  # the reader's one reference is its list's (``holders`` below)
-    if not engine.prefetcher.passes(source):
-        return None
-    value = engine.hand_over(requests[0], holders=1)
-    if value is None:
-        return None
-    items[0] = None
-    return finish(value[local], plan)
 
 
 def assemble(

@@ -19,7 +19,6 @@ first: ``outside`` (``trim(to)``) is asked to hold at most what a new entry leav
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -28,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..sources import buffers
 from .types import STORED, AuxKey, ChunkRequest
 
 
@@ -170,18 +168,6 @@ class ChunkCache:
             self.evictions += 1
         return self.bytes_now <= target
 
-    def take(self, key: Hashable, holders: int = 0) -> np.ndarray | None:
-        """Remove the decoded value of ``key`` and return it, writable, when nothing but the
-        cache and ``holders`` references the caller has refers to it, and its memory is its
-        own or a recycled buffer that nothing else views (:func:`_unshared`): the caller then
-        owns it. Otherwise (or pinned, or absent) the entry stays and this returns None."""
-        with self._lock:
-            if key in self._pins or not _unshared(self._data, key, holders):
-                return None
-            value = self._pop_locked(key)
-        value.flags.writeable = True
-        return value  # type: ignore[no-any-return]
-
     def discard(self, keys: Iterable[Hashable]) -> None:
         with self._lock:
             for key in keys:
@@ -243,44 +229,3 @@ class ChunkCache:
             f"{self.encoded_bytes / 1e6:.1f} MB), high water {self.high_water / 1e6:.1f} MB, "
             f"{self.evictions} evictions>"
         )
-
-
-def _refs_of_entry(data: dict[Hashable, Any], key: Hashable) -> int:
-    """``sys.getrefcount`` of ``data[key]`` as seen from here."""
-    value = data[key]
-    return sys.getrefcount(value)
-
-
-def _refs_of_base(arr: np.ndarray) -> int:
-    """``sys.getrefcount`` of ``arr.base`` as seen from here."""
-    base = arr.base
-    return sys.getrefcount(base)
-
-
-#: what the two counts above read for an object nothing else refers to (the entry of one
-#: dict; the base of one array), measured once in this interpreter, so that the check below
-#: follows its own way of counting
-_ALONE_IN_DICT = _refs_of_entry({0: object()}, 0)
-_ALONE_UNDER_VIEW = _refs_of_base(np.empty(8, np.uint8)[1:])
-#: the check needs CPython's reference counts (elsewhere a value is never handed over)
-_COUNTS = hasattr(sys, "getrefcount") and sys.implementation.name == "cpython"
-
-
-def _unshared(data: dict[Hashable, Any], key: Hashable, holders: int) -> bool:
-    """Whether ``data[key]`` is an array that only its entry and ``holders`` other references
-    refer to, and whose memory is its own or a recycled buffer (:mod:`~tsexplore.sources.
-    buffers`) that only it views."""
-    value = data.get(key)
-    if type(value) is not np.ndarray or not _COUNTS:
-        return False
-    del value  # the count below must not see this name
-    if _refs_of_entry(data, key) != _ALONE_IN_DICT + holders:
-        return False
-    value = data[key]
-    base = value.base
-    if base is None:
-        return bool(value.flags.owndata)
-    if not buffers.recycled(base):
-        return False
-    del base
-    return _refs_of_base(value) == _ALONE_UNDER_VIEW

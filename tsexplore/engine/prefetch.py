@@ -325,16 +325,6 @@ class Prefetcher:
         """Whether the views of ``source`` move along a pattern the prefetcher follows."""
         return self._mode.get(source.token, ("none",))[0] == "momentum"
 
-    def passes(self, source: ChunkSource) -> bool:
-        """Whether the views of ``source`` move steadily along one axis (a scrub, play): a view
-        that holds whole chunks along it leaves them with its next step, and the release of
-        passed chunks (:meth:`_release_passed`) then lets them go."""
-        if not self.following(source):
-            return False
-        with self._lock:
-            history = list(self._history.get(source.token, ()))
-        return steady_steps(history) >= UNIT_STEADY
-
     def guesses(self, source: ChunkSource, policy: str) -> Guesses:
         """The record of ``source``'s guesses under ``policy`` ("momentum", "neighbourhood")."""
         with self._lock:

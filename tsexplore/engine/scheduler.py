@@ -269,15 +269,6 @@ class Engine:
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
         return out
 
-    def hand_over(self, key: ChunkRequest, holders: int) -> np.ndarray | None:
-        """The cached chunk ``key`` let go to a reader that holds ``holders`` references to
-        it (see :meth:`ChunkCache.take`): the reader owns it now; None where something else
-        refers to it (the reader copies it then)."""
-        value = self.cache.take(key, holders)
-        if value is not None:
-            self.stats.count("handed_over", 1)
-        return value
-
     def count_useful(self, nbytes: int) -> None:
         """``nbytes`` were handed to a reader (the ``decoded_ratio``'s denominator)."""
         self.stats.count("bytes_useful", nbytes)

@@ -20,8 +20,6 @@ Definitions (they matter for the UI and the tests):
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
   (decoded there, without reading the store).
-- ``handed_over``: selections answered by a whole cached chunk itself, which the cache let
-  go to the reader instead of copying it (chunks one view deep that a steady pattern passes).
 - ``bytes_decoded``: bytes decoded (whole chunks, or the blocks of a part);
   ``bytes_useful``: bytes handed to readers (selections, streamed chunks);
   ``decoded_ratio`` = decoded / useful (1.0: nothing decoded in vain).
@@ -72,7 +70,6 @@ class StatsSnapshot:
     prefetch_used: int = 0
     part_reads: int = 0
     encoded_hits: int = 0
-    handed_over: int = 0
     evictions: int = 0
     cancelled: int = 0
     errors: int = 0

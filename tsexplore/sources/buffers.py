@@ -14,9 +14,6 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
   (:func:`limit_by`) and the cache trims it (:func:`trim`) before evicting a chunk;
 - sizes are rounded to size classes (:func:`size_class`: four per power of two), so frames
   whose size changes with every pan and zoom share a few buffers.
-
-:func:`recycled` tells whether an array is such a root (the cache hands a decoded chunk
-over to a reader only when its memory is one of these, viewed by nothing else).
 """
 
 from __future__ import annotations
@@ -48,8 +45,6 @@ _now = 0
 _counters = {"reused": 0, "mapped": 0, "returned": 0, "unmapped": 0, "aged": 0}
 #: what the one cache budget leaves for the pool (set by the engine: :func:`limit_by`)
 _room: Callable[[], int] | None = None
-#: the root arrays handed out and still alive, by id (see :func:`recycled`)
-_roots: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
 
 def limit_by(room: Callable[[], int] | None) -> Callable[[], int] | None:
@@ -162,14 +157,7 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
         m = mmap.mmap(-1, size, flags=_FLAGS)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     weakref.finalize(arr, _give_back, m, size).atexit = False
-    _roots[id(arr)] = arr
     return arr
-
-
-def recycled(arr: object) -> bool:
-    """Whether ``arr`` is a buffer :func:`empty` made (a root: views of it have it as their
-    ``base``), alive now."""
-    return _roots.get(id(arr)) is arr
 
 
 def stats() -> dict[str, int]:
