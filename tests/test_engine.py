@@ -796,6 +796,47 @@ def test_the_prefetch_speeds_up_only_for_a_reader_on_its_heels(monkeypatch) -> N
     assert src.reads == 2  # both were reads ahead the reader used
 
 
+def test_the_prefetch_speeds_up_while_it_reads_the_chunks_the_reader_is_on(tmp_path: Path) -> None:
+    """A play or scrub of a local blosc store starts by reading frames by parts; once it is
+    a pattern, the prefetcher reads the view's own chunks whole, and those reads (the reader
+    is on them) run at full speed. Chunks already cached are not read again, and reading
+    only the chunks ahead keeps the cap."""
+    import xarray as xr
+
+    data = np.random.default_rng(3).normal(size=(48, 256, 256)).astype("float32")
+    path = tmp_path / "blosc.zarr"
+    xr.Dataset({"v": (("time", "y", "x"), data)}).to_zarr(  # blocks: frames are read by parts
+        path, encoding={"v": {"chunks": (16, 256, 256), "compressors": zarr.codecs.BloscCodec(cname="lz4")}},
+        zarr_format=3)
+    da = tse.open_dataset(path)["v"]
+    eng = get_engine()
+    table = eng._table
+    for t in range(3):  # frames by parts; the third makes a pattern
+        np.testing.assert_array_equal(da.isel(time=t).values, data[t])
+        if t < 2:
+            assert table.catching_up_until == 0.0
+    deadline = time.monotonic() + 5  # the engine's thread plans from the read just after it
+    while table.catching_up_until == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert table.catching_up_until > time.monotonic()
+    assert eng.speculative_cap("sync") == eng.concurrency("sync")
+    assert tse.stats().part_reads > 0  # the frames before were read by parts
+
+    tse.close()  # a new engine; the first chunk row read whole (cached) before the scrub
+    da = tse.open_dataset(path)["v"]
+    np.testing.assert_array_equal(da.isel(time=slice(0, 16)).values, data[:16])
+    eng = get_engine()
+    table = eng._table
+    table.catching_up_until = 0.0
+    for t in range(4):  # the pattern reads only the chunks ahead
+        np.testing.assert_array_equal(da.isel(time=t).values, data[t])
+    deadline = time.monotonic() + 5
+    while tse.stats().speculative_reads == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tse.stats().speculative_reads > 0
+    assert table.catching_up_until == 0.0
+
+
 def test_a_guess_of_a_chunk_a_one_pass_reader_took_is_refused_when_admitted() -> None:
     """The prefetcher's own check (not cached, not taken) and its request are two steps: the
     one-pass reader may take the chunk, and its read end uncached, in between. The read
