@@ -85,8 +85,8 @@ def test_whole_blocks_stored_sharded_and_zarr_reads_pass_through_execute(tmp_pat
     ds = tse.open_dataset(tmp_path / "s.zarr", prefetch="off")
     np.testing.assert_array_equal(ds["v"][5].values, sharded[5])
     (units,) = sources_of(ds["v"])
-    # a local store's units of inner chunks: here 16 x 64 x 32 (each 1 x 32 x 32 a block of it)
-    assert units.decoder == "tsexplore-sharded" and units.chunks == (16, 64, 32)
+    # a local store's units of inner chunks: here a whole 16 x 64 x 64 shard of 1 x 32 x 32
+    assert units.decoder == "tsexplore-sharded" and units.chunks == (16, 64, 64)
     # frame 5 is a box of its units, decoded from the inner chunks that hold it
     assert any(isinstance(r.part, Blocks) for s, requests, _ in batches if s is units for r in requests)
 

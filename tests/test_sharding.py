@@ -8,7 +8,6 @@ both. Batches are checked with a fake source that records what it is handed.
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
@@ -27,7 +26,7 @@ from tsexplore.engine import Engine, Priority
 from tsexplore.errors import CorruptChunkError, MissingChunkError, RequestCancelledError
 from tsexplore.sources import SyntheticSource, sharding
 from tsexplore.sources.bytes import ByteRange, coalesce
-from tsexplore.sources.sharding import MAX_UINT64, ShardLayout, layout_from_zarr
+from tsexplore.sources.sharding import MAX_UINT64, layout_from_zarr
 from tsexplore.xarray import sources_of
 
 SHAPE = (8, 48, 40)  # shards 4 x 16 x 16 (edge shards along y and x), inner 1 x 8 x 8
@@ -36,9 +35,8 @@ SHARDS = 2 * 3 * 3
 
 @pytest.fixture(params=["units", "inner"])
 def grid(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """"units": a local store's units (here 4 x 16 x 8: the inner chunks of a shard's half
-    along x, each a contiguous block of its unit); "inner": the inner grid, as remote stores
-    read it."""
+    """"units": a local store's units (here a whole 4 x 16 x 16 shard each); "inner": the
+    inner grid, as remote stores read it."""
     if request.param == "inner":
         monkeypatch.setattr(sharding, "UNIT_BYTES", 0)
     return str(request.param)
@@ -64,16 +62,15 @@ def test_sharded_equals_zarr_and_reads_each_index_once(tmp_path: Path, where: st
     ds = tse.open_dataset(path)
     (src,) = sources_of(ds["data"])
     assert src.decoder == "tsexplore-sharded"
-    assert src.chunks == ((4, 16, 8) if grid == "units" else (1, 8, 8))
+    assert src.chunks == ((4, 16, 16) if grid == "units" else (1, 8, 8))
     np.testing.assert_array_equal(ds["data"].values, zarr.open_array(str(path))[...])
     np.testing.assert_array_equal(ds["data"].values, values)
     snap = tse.stats()
     nshards = SHARDS
     assert snap.index_reads == nshards  # once each, although 8 x 6 x 5 inner chunks were read
-    nunits = 2 * 3 * 5
-    assert snap.reads == (nunits if grid == "units" else 8 * 6 * 5)
-    # one range per shard for its index and at most a few for a unit's inner chunks
-    assert nshards < snap.range_requests <= nshards + 4 * nunits
+    assert snap.reads == (nshards if grid == "units" else 8 * 6 * 5)
+    # one range per shard for its index and at most a few for its (adjacent) inner chunks
+    assert nshards < snap.range_requests <= 3 * nshards
     keys = [k for k in tse.get_engine().cache.keys() if getattr(k, "kind", None) == "index"]
     assert len(keys) == nshards
 
@@ -101,7 +98,7 @@ def test_absent_inner_chunks_fill_and_raise_when_strict(tmp_path: Path, grid: st
     ds = tse.open_dataset(path)
     np.testing.assert_array_equal(ds["data"].values, values)
     # counted per chunk of the grid the store lacks: a unit partly stored is not counted
-    assert tse.stats().missing_filled == (3 * 5 if grid == "units" else 1 + 4 * 6 * 5)
+    assert tse.stats().missing_filled == (SHARDS // 2 if grid == "units" else 1 + 4 * 6 * 5)
     tse.close()
     strict = tse.open_dataset(path, missing="raise")
     np.testing.assert_array_equal(strict["data"][0, 8:16, :8].values, values[0, 8:16, :8])
@@ -351,28 +348,3 @@ def test_units_and_their_boxes_read_what_zarr_reads(tmp_path_factory: pytest.Tem
     np.testing.assert_array_equal(got.values, truth[...])
     np.testing.assert_array_equal(got[key].values, truth[key])  # again, from the cache
     tse.close()
-
-
-def test_units_stack_inner_chunks_so_each_decodes_in_place() -> None:
-    """A unit widens the inner chunk along the shard's axes, first axis first, only where
-    every inner chunk stays one contiguous block of it (each is then decoded straight into
-    its place), and stays within UNIT_BYTES."""
-    def unit(inner: tuple[int, ...], shard: tuple[int, ...]) -> tuple[int, ...]:
-        layout = ShardLayout(shard, inner, None, 0, False, None)  # type: ignore[arg-type]
-        return layout.unit_shape(4)
-
-    assert unit((1, 256, 256), (16, 1024, 1024)) == (16, 256, 256)  # the unsharded layout's chunks
-    assert unit((256, 256), (1024, 1024)) == (1024, 256)
-    assert unit((2, 8, 8), (4, 16, 16)) == (4, 8, 8)  # two deep: rows of two frames would interleave
-    assert unit((1, 1, 8), (4, 4, 64)) == (4, 4, 64)  # runs of 8 in rows of 64
-    assert unit((16, 256, 256), (16, 1024, 1024)) == (16, 256, 256)  # 4 MiB already
-    for inner, shard in [((1, 256, 256), (16, 1024, 1024)), ((2, 8, 8), (4, 16, 16)),
-                         ((1, 1, 8), (4, 4, 64)), ((3, 1, 5), (6, 4, 10))]:
-        u = unit(inner, shard)
-        assert sharding.stacks(inner, u)
-        grid = np.arange(math.prod(u)).reshape(u)
-        for start in itertools.product(*(range(0, n, c) for n, c in zip(u, inner))):
-            block = grid[tuple(slice(s, s + c) for s, c in zip(start, inner))]
-            assert block.flags.c_contiguous  # one run of the unit's memory
-    assert not sharding.stacks((2, 8, 8), (4, 16, 8))
-    assert not sharding.stacks((1, 8, 8), (1, 8, 16))

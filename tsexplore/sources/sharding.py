@@ -16,13 +16,11 @@ locate it (:meth:`ShardLayout.locate`):
    :class:`~tsexplore.errors.MissingChunkError` under ``missing="raise"``.
 
 On a local store, small inner chunks are read by **units** (:class:`ShardUnits`): the inner
-chunks of one shard along its leading axes, up to :data:`UNIT_BYTES` and as long as each inner
-chunk is a contiguous block of the unit (:func:`stacks`), are one chunk of the source's grid
-(one request, one located list of byte ranges, one cache entry), and each inner chunk is
-decoded straight into its place: a ``1 x 256 x 256`` inner chunk of a ``16 x 1024 x 1024``
-shard is read in ``16 x 256 x 256`` units, the same chunks as the unsharded layout's. A box of
-a unit (a :class:`~.requests.Blocks` part: a frame of it) decodes only the inner chunks
-holding it. Remote stores keep the inner grid (their reads ahead are kept as
+chunks of one shard that fill its trailing axes, up to :data:`UNIT_BYTES`, are one chunk of the
+source's grid (one request, one located list of byte ranges, one cache entry): a
+``1 x 256 x 256`` inner chunk of a ``16 x 1024 x 1024`` shard is read as a ``1 x 1024 x 1024``
+unit, a frame's plane. A box of a unit (a :class:`~.requests.Blocks` part) decodes only the
+inner chunks holding it. Remote stores keep the inner grid (their reads ahead are kept as
 stored bytes, one range per request).
 
 Codec chains this does not decode (nested sharding, transpose inside the shard) are left to
@@ -35,7 +33,7 @@ import functools
 import itertools
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,19 +81,13 @@ class ShardLayout:
         return ByteRange(0, n) if self.index_at_start else ByteRange.suffix(n)
 
     def unit_shape(self, itemsize: int) -> tuple[int, ...]:
-        """The read unit: the inner chunk widened to the shard's extent along the axes where
-        its inner chunks stay contiguous blocks of it (:func:`stacks`), first axis first,
-        while the unit stays within :data:`UNIT_BYTES` (the inner chunk itself when already
-        that large): each inner chunk is then decoded straight into its place in the unit,
-        and a scrub along the first axis decodes each unit once. A unit's inner chunks need
-        not be contiguous in the shard (zarr writes them in Morton order): a unit is read as
-        several ranges."""
-        inner = self.inner_shape
-        unit = list(inner)
-        for axis in range(len(unit)):
+        """The read unit: the inner chunk widened to the shard's extent along its trailing
+        axes, last axis first, while the unit stays within :data:`UNIT_BYTES` (the inner
+        chunk itself when already that large). A unit's inner chunks need not be contiguous
+        in the shard (zarr writes them in Morton order): a unit is read as several ranges."""
+        unit = list(self.inner_shape)
+        for axis in reversed(range(len(unit))):
             wider = [*unit[:axis], self.shard_shape[axis], *unit[axis + 1:]]
-            if wider == unit or not stacks(inner, wider):
-                continue
             if math.prod(wider) * itemsize > UNIT_BYTES:
                 break
             unit = wider
@@ -178,14 +170,6 @@ def layout_from_zarr(metadata: Any) -> ShardLayout | None:
         shard_shape, inner_shape, index_chain, 16 * nchunks + (4 if index_chain.crc32c else 0),
         location == "start", inner,
     )
-
-
-def stacks(inner: tuple[int, ...], unit: Sequence[int]) -> bool:
-    """Whether every ``inner``-shaped block of a C-ordered ``unit`` is one contiguous run of
-    its memory: the unit is wider than the inner chunk only up to its last such axis, and the
-    inner chunk is one element deep along every axis before that one."""
-    wider = [k for k, (c, u) in enumerate(zip(inner, unit)) if u != c]
-    return not wider or all(c == 1 for c in inner[: wider[-1]])
 
 
 #: one inner chunk of a unit: its index on the inner grid, its box in inner-chunk coordinates,
@@ -273,21 +257,12 @@ class ShardUnits:
         chain = self.layout.inner_chain
         stored = iter(data)
         decoded = 0
-        nbytes = math.prod(inner_shape) * chain.dtype.itemsize
-        scratch = None
-        straight = chain.dtype == self.dtype and chain.dtype.isnative and chain.order == "C"
+        scratch = _scratch(math.prod(inner_shape) * chain.dtype.itemsize)
         for (inner, src, dst), present in located.how:
             if present:
-                place = out[dst]
-                if straight and place.nbytes == nbytes and place.flags.c_contiguous:
-                    # a whole inner chunk that is a contiguous block of the unit: decoded there
-                    chain.decode(next(stored), inner_shape, where(inner), place.reshape(-1).view(np.uint8))
-                else:
-                    if scratch is None:
-                        scratch = _scratch(nbytes)
-                    values = chain.decode(next(stored), inner_shape, where(inner), scratch)
-                    out[dst] = values[src]
-                decoded += nbytes
+                values = chain.decode(next(stored), inner_shape, where(inner), scratch)
+                out[dst] = values[src]
+                decoded += values.nbytes
             elif missing is not None:
                 raise missing(inner)
             else:

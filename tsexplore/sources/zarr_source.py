@@ -9,7 +9,7 @@ for remote ones, the store's own ``get`` for a zarr ``Store`` object (icechunk s
 :mod:`tsexplore.sources.codecs`, which checks sizes before allocating. Sharded arrays are read
 natively (:mod:`.sharding`): the chunk grid is the inner chunks', each shard's index is read
 once and kept by the engine, inner chunks are byte ranges of their shard (on a local store,
-small inner chunks are read in units of a shard's inner chunks: the grid is the units').
+small inner chunks are read in units of a shard's trailing axes: the grid is the units').
 Boxes of blosc chunks
 are read from their blocks (:mod:`.parts`). Codec chains outside that set (transpose, filters,
 strings, nested shards) are read through zarr's own async API (the source then reads itself).
