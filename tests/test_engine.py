@@ -768,8 +768,9 @@ def test_one_pass_readers_take_read_ahead_chunks_out_of_the_cache() -> None:
 
 def test_the_prefetch_speeds_up_only_for_a_reader_on_its_heels(monkeypatch) -> None:
     """Taking a chunk read ahead a moment ago (a scrub) lets the prefetch use every read
-    thread; taking one it read long before (a 30 fps play) keeps its cap, so that a core stays
-    free for the reader; joining a read ahead still in flight is catching up too."""
+    thread; taking one it read long before (a 30 fps play) keeps its cap, or restores it after
+    a catch-up, so that a core stays free for the reader; joining a read ahead still in flight
+    is catching up too."""
     import tsexplore.engine.scheduler as scheduler
 
     src = CountingSource(SyntheticSource((6, 8), (1, 8), "float32"))
@@ -793,7 +794,13 @@ def test_the_prefetch_speeds_up_only_for_a_reader_on_its_heels(monkeypatch) -> N
     eng.request(src, [(1, 0)])[0].result(5)
     assert table.catching_up_until > time.monotonic()
     assert eng.speculative_cap("sync") == eng.concurrency("sync")
-    assert src.reads == 2  # both were reads ahead the reader used
+    # the reader then takes a chunk read ahead long before: the prefetch is ahead again
+    monkeypatch.setattr(scheduler, "CATCH_UP_LEAD", 0.0)
+    read_ahead(2)
+    eng.request(src, [(2, 0)])[0].result(5)
+    assert table.catching_up_until == 0.0
+    assert eng.speculative_cap("sync") == min(eng._io.threads, max(1, (os.cpu_count() or 2) - 1))
+    assert src.reads == 3  # each was a read ahead the reader used
 
 
 def test_the_prefetch_speeds_up_while_it_reads_the_chunks_the_reader_is_on(tmp_path: Path) -> None:

@@ -243,7 +243,7 @@ class Engine:
         prefetched = self._table.prefetched
         out: list[np.ndarray | cf.Future] = []
         consumed = []
-        heels = False
+        heels = behind = False
         for key, value in zip(keys, found):
             if value is None:
                 read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
@@ -262,9 +262,14 @@ class Engine:
                     consumed.append(key)
                 if ended is not None:
                     tally.prefetch_used += 1
-                    heels = heels or time.monotonic() - ended < CATCH_UP_LEAD
+                    if time.monotonic() - ended < CATCH_UP_LEAD:
+                        heels = True
+                    else:
+                        behind = True
         if heels:  # the reader is on the prefetch's heels: let it run at full speed
             self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+        elif behind:  # it takes what was read ahead long before: the prefetch is ahead again
+            self._table.catching_up_until = 0.0
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
             self.cache.discard([k for k in consumed if not self.cache.is_pinned(k)])
         return out
