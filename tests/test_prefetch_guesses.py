@@ -68,6 +68,20 @@ def test_steady_steps_tell_play_from_random_jumps() -> None:
     assert steady_steps(_obs([5, 400, 30, 200])) == 1  # only the last step itself
     assert steady_steps(_obs([0, 10, 200])) == 1
     assert steady_steps(_obs([3])) == 0
+    # moves of more than JUMP_CHUNKS chunks (here 4 frames each): a run only when equal
+    assert steady_steps(_obs([0, 64, 128, 192])) == 3  # paging at a stride
+    assert steady_steps(_obs([0, 100, 190, 270])) == 1  # alike jumps: random orders make them
+    assert steady_steps(_obs([0, 100, 180, 260])) == 2
+
+
+def test_momentum_takes_equal_jumps_for_a_pattern_and_alike_ones_for_chance() -> None:
+    from tsexplore.engine.prefetch import momentum_targets
+
+    grid, chunks = (128, 1, 1), (4, 16, 16)
+    assert momentum_targets(_obs([0, 1, 2]), grid, chunks, 0.01, 2) is not None  # play
+    assert momentum_targets(_obs([0, 3, 5]), grid, chunks, 0.01, 2) is not None  # a drag
+    assert momentum_targets(_obs([0, 64, 128]), grid, chunks, 0.01, 2) is not None  # paging
+    assert momentum_targets(_obs([88, 187, 280]), grid, chunks, 0.01, 2) is None  # random
 
 
 def test_shifted_keys_are_the_next_views() -> None:

@@ -45,6 +45,9 @@ STEADY = 3
 #: equal steps of one element (a slider's arrow key, play) that make a pattern steady at once:
 #: random jumps almost never make two in a row
 UNIT_STEADY = 2
+#: a move of more than this many chunks is a jump: a run of jumps is a pattern only when the
+#: jumps are equal (paging at a stride), not merely alike (random jumps often are)
+JUMP_CHUNKS = 4
 #: seconds the engine's thread waits after a read answered from the cache before it plans from
 #: the reads answered meanwhile: one wake-up for all of them (each keeps the time it was
 #: answered); a drain takes the GIL from the reader, and read-ahead horizons are 100 ms and more
@@ -140,6 +143,8 @@ def momentum_targets(
     direction = 1 if d2[axis] > 0 else -1
     if (d1[axis] > 0) != (direction > 0):
         return None
+    if abs(d1[axis]) != abs(d2[axis]) and (_jumps(a, b, axis) or _jumps(b, c, axis)):
+        return None  # jumps that are not equal: random, not paging
     # velocity over the run of same-direction moves
     run = [c]
     for obs in reversed(history[:-1]):
@@ -201,8 +206,16 @@ def steady_steps(history: list[Observation]) -> int:
             break
         if not ref / 2 <= abs(d[axis]) <= 2 * ref:
             break
+        if abs(d[axis]) != ref and (_jumps(a, b, axis) or _jumps(history[-2], history[-1], axis)):
+            break
         n += 1
     return n
+
+
+def _jumps(a: Observation, b: Observation, axis: int) -> bool:
+    """Whether the move from view ``a`` to view ``b`` crosses more than :data:`JUMP_CHUNKS`
+    chunks along ``axis``."""
+    return abs(b.ranges[axis][0] - a.ranges[axis][0]) > JUMP_CHUNKS
 
 
 def shifted_keys(
