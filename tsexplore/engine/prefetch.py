@@ -199,6 +199,7 @@ def steady_steps(history: list[Observation]) -> int:
         return 0
     axis = moved[0]
     ref = abs(last[axis])
+    jumped = _jumps(history[-2], history[-1], axis)
     n = 0
     for a, b in zip(reversed(history[:-1]), reversed(history[1:])):
         d = [y - x for x, y in zip(a.lo, b.lo)]
@@ -206,7 +207,7 @@ def steady_steps(history: list[Observation]) -> int:
             break
         if not ref / 2 <= abs(d[axis]) <= 2 * ref:
             break
-        if abs(d[axis]) != ref and (_jumps(a, b, axis) or _jumps(history[-2], history[-1], axis)):
+        if abs(d[axis]) != ref and (jumped or _jumps(a, b, axis)):
             break
         n += 1
     return n

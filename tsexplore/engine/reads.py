@@ -237,7 +237,7 @@ class ReadTable:
             elif read.prefetch_only:
                 read.keep = False  # read ahead for this one-pass reader only
             if read.priority is Priority.SPECULATIVE:
-                self.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+                self.catch_up()
             tally.joined += 1
             if read.key in self.prefetched:
                 del self.prefetched[read.key]
@@ -310,6 +310,11 @@ class ReadTable:
         """Whether ``key`` is queued or running, read without the lock: a hint for guesses
         (only queued and running reads are in the table)."""
         return key in self._reads
+
+    def catch_up(self) -> None:
+        """A reader is at the chunks being read ahead: the prefetch may run at full speed for
+        the next :data:`CATCH_UP_SECONDS` (the engine's ``speculative_cap``)."""
+        self.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
 
     def take_prefetched(self, key: ChunkRequest) -> bool:
         """Whether ``key`` was read ahead and is now used (counted once)."""

@@ -42,7 +42,7 @@ from .hints import ReadAheadMemory
 from .lookahead import look_ahead
 from .loop import IOLoop, on_read_thread
 from .prefetch import Prefetcher
-from .reads import CATCH_UP_LEAD, CATCH_UP_SECONDS, Read, ReadTable, Tally
+from .reads import CATCH_UP_LEAD, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
@@ -267,7 +267,7 @@ class Engine:
                     else:
                         behind = True
         if heels:  # the reader is on the prefetch's heels: let it run at full speed
-            self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+            self._table.catch_up()
         elif behind:  # it takes what was read ahead long before: the prefetch is ahead again
             self._table.catching_up_until = 0.0
         if consumed:  # read ahead for a one-pass reader: it has it now, the cache lets it go
@@ -318,9 +318,8 @@ class Engine:
         return min(self._io.threads, spare)
 
     def catch_up(self) -> None:
-        """The reader is at the chunks being read ahead: let the prefetch run at full speed
-        (``speculative_cap``) for the next ``CATCH_UP_SECONDS``."""
-        self._table.catching_up_until = time.monotonic() + CATCH_UP_SECONDS
+        """The reader is at the chunks being read ahead (see :meth:`ReadTable.catch_up`)."""
+        self._table.catch_up()
 
     def slab_latency(self, source: ChunkSource, nchunks: int) -> float:
         """Expected seconds to read ``nchunks`` chunks of ``source`` at today's concurrency."""
