@@ -8,6 +8,7 @@ import contextvars
 import functools
 import itertools
 import math
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from .. import config
 from ..errors import TsExploreError
 from ..sources import buffers
 from ..sources.base import ChunkSource
+from . import ahead
 from .blocking import wait_all
 from .loop import on_read_thread
 from .parts import is_part, plan_requests, shift
@@ -59,7 +61,13 @@ def read_selection(
     ``copy=False``: a selection inside one chunk comes back as a read-only view of the
     cached chunk instead of a copy. ``cache=False``: a one-pass read; chunks read for it
     (or read ahead for it by the prefetcher) are not kept in the cache.
+
+    A reader's views (observed, copied, kept) that move by a steady step with pauses between
+    them get the next view made ahead of them (:mod:`.ahead`) on the engine's
+    ``tsexplore-ahead`` thread, from the chunks the engine holds, and handed over when asked
+    for.
     """
+    asked = time.monotonic()
     plan = plan_selection(key, source.shape, source.chunks)
     dtype = source.dtype
     nbytes = math.prod(plan.block_shape) * dtype.itemsize
@@ -73,26 +81,57 @@ def read_selection(
     timeout = engine.context.settings.wait_timeout if timeout is None else timeout
     if on_read_thread():  # a source reading engine data: no queueing behind ourselves
         return assemble(plan, [engine.read_inline(source, i) for i in plan.indices], dtype, timeout)
-    # thin regions of blosc chunks: only their blocks
-    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
-    items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
     observe = priority is Priority.VISIBLE if observe is None else observe
-    if observe and any(isinstance(item, cf.Future) for item in items):
-        engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
-        observe = False
-    if not copy and len(items) == 1:
-        item = items[0]
-        chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
-        local = plan.placements[0][1]
-        if is_part(chunk, requests[0]):
-            local = shift(local, requests[0].box)  # type: ignore[arg-type]
-        out = finish(take_piece(chunk, local), plan)
+    # a reader's views, copied and kept: the next one may be made ahead (see .ahead)
+    follow = observe and copy and cache and plan.basic and nbytes <= ahead.MOST_BYTES
+    view = ahead.canon(key, source.shape) if follow else None
+    made = engine.ahead.take(source.token, view, timeout) if view is not None else None
+    if made is not None:
+        out, seconds = made
+        engine.prefetcher.observe_soon(source, plan, False, key)
     else:
-        out = assemble(plan, items, dtype, timeout, requests)
+        # thin regions of blosc chunks: only their blocks
+        requests = plan_requests(plan, source, engine.context.settings.partial_decode)
+        items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
+        if observe and any(isinstance(item, cf.Future) for item in items):
+            engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
+            observe = False
+        if not copy and len(items) == 1:
+            item = items[0]
+            chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
+            local = plan.placements[0][1]
+            if is_part(chunk, requests[0]):
+                local = shift(local, requests[0].box)  # type: ignore[arg-type]
+            out = finish(take_piece(chunk, local), plan)
+        else:
+            out = assemble(plan, items, dtype, timeout, requests)
+        if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
+            engine.prefetcher.observe_soon(source, plan, not cache, key)
+        seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
-    if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
-        engine.prefetcher.observe_soon(source, plan, not cache, key)
+    if view is not None:
+        engine.ahead.answered(
+            source.token, view, key, source.shape, asked, seconds,
+            functools.partial(_view_ahead, source, channel=channel, generation=generation,
+                              timeout=timeout, engine=engine),
+        )
     return out
+
+
+def _view_ahead(
+    source: ChunkSource, key: tuple[Any, ...], channel: str | None, generation: int | None,
+    timeout: float, engine: Engine,
+) -> np.ndarray:
+    """A reader's next view made ahead of it (:mod:`.ahead`), from chunks the engine holds:
+    cached, or being read. It is a guess, so it reads nothing of its own (a chunk it would
+    read could evict one the reader comes back to); lacking one, it raises ``LookupError``
+    and the reader reads the view itself."""
+    plan = plan_selection(key, source.shape, source.chunks)
+    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
+    if not engine.holds(requests):
+        raise LookupError("the view's chunks are not all cached or being read")
+    items = engine.submit(source, requests, Priority.PLANNED, channel=channel, generation=generation)
+    return assemble(plan, items, source.dtype, timeout, requests)
 
 
 def assemble(

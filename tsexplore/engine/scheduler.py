@@ -34,6 +34,7 @@ from ..sources import buffers, close_async_resources
 from ..sources.base import ChunkSource
 from .absent import AbsentChunks
 from .activity import VisibleActivity
+from .ahead import ViewsAhead
 from .blocking import wait_all
 from .cache import ChunkCache
 from .context import EngineContext
@@ -81,6 +82,8 @@ class Engine:
         #: read-ahead hints, what one-pass readers took, what became of the guesses
         self.hints = ReadAheadMemory(self._table, self.cache, self._io)
         self.prefetcher = Prefetcher(self)
+        #: the reader's next view, made ahead while it pauses (see .ahead)
+        self.ahead = ViewsAhead(self.stats.count)
         self._unwatch = config.watch(self._settings_changed)
         self._settings_changed(config.get())  # a change made while this one started
 
@@ -211,6 +214,12 @@ class Engine:
             for i, value in zip(at, self.cache.get_many([keys[i] for i in at])):
                 found[i] = value
         return found
+
+    def holds(self, keys: Sequence[ChunkRequest]) -> bool:
+        """Whether every request is cached (a part: or its whole chunk) or being read."""
+        reading = self._table.reading
+        return all(value is not None or reading(key) or reading(key.whole)
+                   for key, value in zip(keys, self._look_up(list(keys))))
 
     def _read_here(self, source: ChunkSource, reads: list[Read]) -> None:
         """Run the reads this reader queued (parts of local chunks) in its own thread, with
@@ -541,6 +550,7 @@ class Engine:
                 read.future.set_exception(EngineClosedError("the tsexplore engine was closed"))
             except cf.InvalidStateError:
                 pass
+        self.ahead.close(timeout / 2)
 
         self._io.close(close_async_resources, timeout)
         self.cache.clear()

@@ -17,6 +17,8 @@ Definitions (they matter for the UI and the tests):
   ignores ``Range`` (a plain static server, e.g. Python's ``http.server``): it answered a
   range with the whole body (sliced here) or refused it (a whole GET, sliced here).
 - ``batched``: reads that ran together with others of the same shard (one batch).
+- ``views_ahead``: a reader's next views made ahead while it paused (:mod:`.ahead`);
+  ``views_ahead_used``: those the reader then took.
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
   (decoded there, without reading the store).
@@ -80,6 +82,8 @@ class StatsSnapshot:
     index_reads: int = 0
     whole_object_fallbacks: int = 0
     batched: int = 0
+    views_ahead: int = 0
+    views_ahead_used: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
     bytes_useful: int = 0
@@ -146,7 +150,7 @@ class StatsSnapshot:
             f"prefetch={self.prefetch_reads} (guesses {self.speculative_reads}, used "
             f"{self.prefetch_used}) part_reads={self.part_reads} encoded_hits={self.encoded_hits} "
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
-            f"retries={self.retries}\n"
+            f"retries={self.retries} views_ahead={self.views_ahead} (used {self.views_ahead_used})\n"
             f"  store requests={self.store_requests} (ranges {self.range_requests}, "
             f"shard indexes {self.index_reads}, batched reads {self.batched}, whole-object "
             f"fallbacks {self.whole_object_fallbacks})\n"

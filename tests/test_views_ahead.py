@@ -1,0 +1,180 @@
+"""A reader moving by a steady step with pauses gets its next view made ahead (engine.ahead):
+the same values its own read gives, handed over; nothing made for a reader that leaves no
+pause, a jump, a view whose chunks the engine does not hold; errors are the reader's own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import tsexplore as tse
+from tsexplore.engine import ahead
+from tsexplore.engine.ahead import THREAD_PREFIX, ViewsAhead, canon, step
+from tsexplore.engine.array import read_selection
+from tsexplore.engine.scheduler import get_engine
+from tsexplore.errors import ChunkReadError
+from tsexplore.sources import ArraySource
+from tsexplore.testing.wrappers import CountingSource, FaultySource
+
+SHAPE = (40, 6, 10)
+
+
+def test_views_compare_by_what_they_select() -> None:
+    shape = (10, 8, 6)
+    assert canon((3, slice(None), slice(None)), shape) == canon((-7, slice(0, 8, 1), slice(0, 6)), shape)
+    assert canon((3,), shape) == canon((3, Ellipsis), shape) == canon((3, slice(None), slice(None)), shape)
+    assert canon((np.array([1, 2]), slice(None), slice(None)), shape) is None  # not followed
+    a, b = canon((3, slice(1, 5)), shape), canon((5, slice(1, 5)), shape)
+    assert step(a, b) == (0, 2)
+    # a slice moved along its axis, its length and stride kept
+    assert step(canon((0, slice(0, 4, 2)), shape), canon((0, slice(3, 7, 2)), shape)) == (1, 3)
+    assert step(canon((0, slice(0, 4)), shape), canon((0, slice(0, 6)), shape)) is None  # a zoom
+    assert step(canon((0, slice(0, 4)), shape), canon((1, slice(1, 5)), shape)) is None  # two axes
+
+
+class _Made:
+    """A ``make`` for ViewsAhead that records the selections it was asked to make."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[object, ...]] = []
+        self.done = threading.Event()
+
+    def __call__(self, key: tuple[object, ...]) -> np.ndarray:
+        self.keys.append(key)
+        self.done.set()
+        return np.full(3, key[0])
+
+
+def _answer(ahead: ViewsAhead, t: int, made: _Made, pause: bool, seconds: float = 0.0) -> None:
+    """Tell ``ahead`` the reader was answered frame ``t``: after a pause (asked a second
+    after the last answer), or at once (asked as the last answer came, the view taking 1 s)."""
+    key = (t, slice(None))
+    asked = time.monotonic() + (1.0 if pause else 0.0)
+    ahead.answered("src", canon(key, (50, 4)), key, (50, 4), asked, seconds if pause else 1.0, made)
+
+
+def test_the_next_view_is_made_after_two_equal_steps_with_pauses() -> None:
+    counts: dict[str, int] = {}
+    ahead = ViewsAhead(lambda name, n: counts.__setitem__(name, counts.get(name, 0) + n))
+    made = _Made()
+    try:
+        for t in (4, 7):  # one step: not yet a pattern
+            assert ahead.take("src", canon((t, slice(None)), (50, 4)), 5) is None
+            _answer(ahead, t, made, pause=True)
+        assert made.keys == []
+        _answer(ahead, 10, made, pause=True)  # two equal steps of 3
+        assert made.done.wait(5)
+        assert made.keys == [(13, slice(None))]
+        got = ahead.take("src", canon((13,), (50, 4)), 5)
+        assert got is not None and got[0].tolist() == [13, 13, 13]
+        assert counts == {"views_ahead": 1, "views_ahead_used": 1}
+        assert ahead.take("src", canon((13,), (50, 4)), 5) is None  # handed over once
+    finally:
+        ahead.close()
+
+
+def test_no_view_is_made_for_a_reader_without_pauses_or_off_its_pattern() -> None:
+    ahead = ViewsAhead(lambda name, n: None)
+    made = _Made()
+    try:
+        for t in range(5):  # a scrub: each frame asked for as the last one came
+            _answer(ahead, t, made, pause=False)
+        assert made.keys == []
+        for t in (10, 12, 14):  # steady, with pauses: frame 16 made ahead
+            _answer(ahead, t, made, pause=True)
+        assert made.done.wait(5) and made.keys == [(16, slice(None))]
+        # the reader jumps elsewhere: what was made is dropped, nothing new is made
+        assert ahead.take("src", canon((30,), (50, 4)), 5) is None
+        assert ahead.take("src", canon((16,), (50, 4)), 5) is None
+        _answer(ahead, 48, made, pause=True)  # the next step would leave the array
+        _answer(ahead, 49, made, pause=True)
+        assert made.keys == [(16, slice(None))]
+    finally:
+        ahead.close()
+
+
+def test_play_with_pauses_takes_views_made_ahead_equal_to_its_own_reads() -> None:
+    values = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    src = ArraySource(values, chunks=(4, 3, 5))
+    frames = []
+    for t in range(0, 30, 2):  # every other frame: a step of two
+        frames.append(read_selection(src, (t, slice(None), slice(None)), timeout=30))
+        time.sleep(0.02)  # a pause: the next view is made meanwhile
+    for t, frame in zip(range(0, 30, 2), frames):
+        np.testing.assert_array_equal(frame, values[t])
+        assert frame.flags.writeable
+    snap = tse.stats()
+    assert snap.views_ahead_used > 0, snap
+    assert snap.views_ahead_used <= snap.views_ahead
+    # a view handed over is the reader's own: writing to it changes nothing the engine holds
+    frames[-1][...] = -1
+    np.testing.assert_array_equal(read_selection(src, (28, slice(None), slice(None)), timeout=30), values[28])
+
+
+def test_a_view_is_not_made_from_chunks_the_engine_does_not_hold() -> None:
+    """A guess reads nothing of its own: with the prefetch off, nothing is cached ahead, so
+    every frame is read by the reader, once, and no view ahead is used."""
+    values = np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE)
+    inner = ArraySource(values, chunks=(1, 6, 10))
+    src = CountingSource(inner.with_options(replace(inner.options, prefetch="off")))
+    for t in range(8):
+        np.testing.assert_array_equal(read_selection(src, (t, slice(None), slice(None)), timeout=30), values[t])
+        time.sleep(0.02)
+    assert tse.stats().views_ahead_used == 0
+    assert src.reads == 8 and all(n == 1 for n in src.counts.values())
+
+
+def test_views_larger_than_the_limit_are_not_made_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = np.ones(SHAPE, dtype="float32")
+    src = ArraySource(values, chunks=(4, 6, 10))
+    monkeypatch.setattr(ahead, "MOST_BYTES", values[0].nbytes - 1)  # a frame is one byte over
+    for t in range(8):
+        read_selection(src, (t, slice(None), slice(None)), timeout=30)
+        time.sleep(0.02)
+    assert tse.stats().views_ahead == 0
+
+
+def test_a_view_that_fails_ahead_is_read_by_the_reader_who_gets_the_error() -> None:
+    values = np.ones(SHAPE, dtype="float32")
+    err = ChunkReadError("chunk 6 is unreadable")
+    src = FaultySource(ArraySource(values, chunks=(1, 6, 10)), fail={(6, 0, 0): err})
+    for t in range(5):
+        read_selection(src, (t, slice(None), slice(None)), timeout=30)
+        time.sleep(0.02)
+    read_selection(src, (5, slice(None), slice(None)), timeout=30)
+    time.sleep(0.02)
+    with pytest.raises(ChunkReadError, match="chunk 6 is unreadable"):
+        read_selection(src, (6, slice(None), slice(None)), timeout=30)
+
+
+def test_closing_the_engine_stops_the_thread_that_makes_views() -> None:
+    values = np.zeros(SHAPE, dtype="float32")
+    src = ArraySource(values, chunks=(2, 6, 10))
+    for t in range(6):
+        read_selection(src, (t, slice(None), slice(None)), timeout=30)
+        time.sleep(0.02)
+    assert tse.stats().views_ahead > 0
+    assert any(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
+    get_engine().close()
+    assert not any(t.name.startswith(THREAD_PREFIX) and t.is_alive() for t in threading.enumerate())
+
+
+def test_play_of_a_store_written_by_xarray_equals_xarrays_own_reads(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    ds = xr.Dataset(
+        {"v": (("time", "y", "x"), rng.standard_normal((24, 8, 12)).astype("float32"))},
+        coords={"time": np.arange(24), "y": np.arange(8.0), "x": np.arange(12.0)},
+    )
+    path = tmp_path / "play.zarr"
+    ds.chunk({"time": 4, "y": 4, "x": 6}).to_zarr(path)  # xarray's writer, default codecs
+    ours, theirs = tse.open_dataset(path)["v"], xr.open_zarr(path)["v"]
+    for t in range(24):
+        xr.testing.assert_identical(ours.isel(time=t).load(), theirs.isel(time=t).load())
+        time.sleep(0.02)
+    assert tse.stats().views_ahead_used > 0

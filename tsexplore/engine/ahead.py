@@ -1,0 +1,178 @@
+"""The reader's next view, assembled before it is asked for.
+
+A reader that moves through an array one steady step at a time and leaves time between its
+views (play: frame t, t+1, t+2 ... at 30 frames a second) gets each view from here. Right
+after a view is answered, the view one step on (the selection moved by the last step, see
+:func:`~.prefetch.shifted_keys`) is made on the engine's ``tsexplore-ahead`` thread from the
+chunks the engine holds (cached, or being read: joined at PLANNED priority; a guess reads
+nothing of its own) into an output array that the reader then takes as it is. Planning the
+view, looking up its chunks and copying their pieces into it happen in the time the reader
+left between views; the reader's answer is a hand-over.
+
+It starts only when it pays: the last two steps equal, and the reader's pause before its
+last view at least as long as a view takes to make. Play leaves tens of milliseconds a frame;
+a scrub that asks for the next frame as soon as it has one leaves none, and a view made on
+another thread would then only add a hand-over to the reader's wait. One view per source is
+held, of at most :data:`MOST_BYTES`: a reader asking for anything else drops it (its buffer
+goes back to the pool), and a view that failed is read again by the reader, which then
+raises what the read raises.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ReadTimeoutError
+from .planning import normalize_key
+from .prefetch import shifted_keys
+
+#: a selection compared across views: per axis ``(position,)`` or ``(start, stop, step)``
+#: (negative positions and open slices resolved against the shape)
+Canon = tuple[tuple[int, ...], ...]
+#: the largest view made ahead: it holds memory the reader has not asked for yet
+MOST_BYTES = 64 << 20
+#: sources whose last views are remembered (the least recently read go first)
+TRACKED = 64
+THREAD_PREFIX = "tsexplore-ahead"
+
+
+def canon(key: tuple[object, ...], shape: tuple[int, ...]) -> Canon | None:
+    """``key`` in the form views are compared in; None when it holds an index array (such
+    views are not followed)."""
+    out: list[tuple[int, ...]] = []
+    for k, size in zip(normalize_key(key, len(shape)), shape):
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            out.append((int(k) + (size if int(k) < 0 else 0),))
+        elif isinstance(k, slice):
+            out.append(k.indices(size))
+        else:
+            return None
+    return tuple(out)
+
+
+def step(a: Canon, b: Canon) -> tuple[int, int] | None:
+    """``(axis, distance)`` when view ``b`` is view ``a`` moved along one axis (the same
+    selection there, shifted), else None."""
+    moved = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(moved) != 1:
+        return None
+    axis = moved[0]
+    x, y = a[axis], b[axis]
+    if len(x) != len(y):  # a position and a slice
+        return None
+    if len(x) == 3 and (x[2] != y[2] or len(range(*x)) != len(range(*y))):
+        return None
+    return axis, y[0] - x[0]
+
+
+@dataclass
+class _Track:
+    """What one source's reader did lately, and the view made ahead for it: its selection
+    and a future of ``(view, seconds it took to make)``."""
+
+    last: Canon | None = None
+    step: tuple[int, int] | None = None
+    answered: float = 0.0  # when its last view was answered (monotonic)
+    view: tuple[Canon, cf.Future] | None = None
+
+
+class ViewsAhead:
+    """Per source, the reader's next view made ahead (see the module's docstring).
+
+    ``count(name, n)``: the engine's counters (``views_ahead``, ``views_ahead_used``)."""
+
+    def __init__(self, count: Callable[[str, int], None]) -> None:
+        self._count = count
+        self._lock = threading.Lock()
+        self._tracks: collections.OrderedDict[str, _Track] = collections.OrderedDict()
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def take(self, token: str, key: Canon, timeout: float) -> tuple[np.ndarray, float] | None:
+        """The view ``key`` of source ``token`` and how long making it took, when it was made
+        ahead (waiting for it while it is being made, at most ``timeout`` seconds); else None,
+        and whatever was made ahead is dropped."""
+        with self._lock:
+            track = self._tracks.get(token)
+            view = track.view if track is not None else None
+            if view is None:
+                return None
+            track.view = None  # type: ignore[union-attr]
+        made, future = view
+        if made != key:
+            return None
+        try:
+            out = future.result(timeout)
+        except cf.TimeoutError:
+            if not future.done():
+                raise ReadTimeoutError(
+                    f"the view read ahead of the reader did not finish within {timeout} s; "
+                    "raise tse.config.set(wait_timeout=...) or check the store"
+                ) from None
+            return None
+        except BaseException:  # noqa: BLE001 - the reader reads it again and raises its own error
+            return None
+        self._count("views_ahead_used", 1)
+        return out
+
+    def answered(
+        self,
+        token: str,
+        key: Canon,
+        real: tuple[object, ...],
+        shape: tuple[int, ...],
+        asked: float,
+        seconds: float,
+        make: Callable[[tuple[object, ...]], np.ndarray],
+    ) -> None:
+        """The reader of source ``token`` was answered view ``key`` (its selection ``real``),
+        asked at ``asked`` (monotonic) and made in ``seconds``; start making the next view
+        with ``make(selection)`` when the pattern and the reader's pace call for it."""
+        now = time.monotonic()
+        with self._lock:
+            track = self._tracks.pop(token, None) or _Track()
+            self._tracks[token] = track  # the most recently read last
+            while len(self._tracks) > TRACKED:
+                self._tracks.popitem(last=False)
+            moved = step(track.last, key) if track.last is not None else None
+            pause = asked - track.answered if track.answered else 0.0
+            steady = moved is not None and moved == track.step and moved[1] != 0
+            track.last, track.step, track.answered = key, moved, now
+            if not steady or pause < seconds or self._closed:
+                return
+            axis, distance = moved  # type: ignore[misc]
+            following = shifted_keys(real, shape, axis, distance, 1)
+            if not following:
+                return
+            nxt = following[0]
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=THREAD_PREFIX)
+            track.view = (canon(nxt, shape), self._pool.submit(_timed, make, nxt))  # type: ignore[assignment]
+        self._count("views_ahead", 1)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            self._tracks.clear()
+        if pool is None:
+            return
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for thread in list(getattr(pool, "_threads", ())):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _timed(make: Callable[[tuple[object, ...]], np.ndarray], key: tuple[object, ...]) -> tuple[np.ndarray, float]:
+    """``make(key)`` and the seconds it took."""
+    start = time.monotonic()
+    out = make(key)
+    return out, time.monotonic() - start
