@@ -12,14 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
+from zarr.codecs import BloscCodec
 
 import tsexplore as tse
-from tsexplore.engine import ahead
+from tsexplore.engine import ChunkRequest, ahead
 from tsexplore.engine.ahead import THREAD_PREFIX, ViewsAhead, canon, step
 from tsexplore.engine.array import read_selection
 from tsexplore.engine.scheduler import get_engine
+from tsexplore.engine.types import WHOLE
 from tsexplore.errors import ChunkReadError
 from tsexplore.sources import ArraySource
+from tsexplore.sources._cblosc2 import item_decoder
 from tsexplore.testing.wrappers import CountingSource, FaultySource
 
 SHAPE = (40, 6, 10)
@@ -178,3 +182,29 @@ def test_play_of_a_store_written_by_xarray_equals_xarrays_own_reads(tmp_path: Pa
         xr.testing.assert_identical(ours.isel(time=t).load(), theirs.isel(time=t).load())
         time.sleep(0.02)
     assert tse.stats().views_ahead_used > 0
+
+
+@pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
+def test_a_paced_play_has_its_first_chunk_row_made_by_parts_in_its_pauses(tmp_path: Path) -> None:
+    """Play on a blosc store: the frames of the chunks it is on are made ahead by parts in its
+    pauses, so those chunks are not read whole for it (the rows ahead are); every frame
+    equals zarr's own read."""
+    shape = (64, 64, 64)
+    values = np.random.default_rng(5).standard_normal(shape).astype("float32")
+    arr = zarr.create_array(str(tmp_path / "p.zarr"), shape=shape, chunks=(16, 32, 32), dtype="float32",
+                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
+                            dimension_names=("time", "y", "x"))
+    arr[...] = values
+    truth = zarr.open_array(str(tmp_path / "p.zarr"), mode="r")
+    ds = tse.open_dataset(tmp_path / "p.zarr")
+    da = ds[list(ds.data_vars)[0]]
+    engine = get_engine()
+    whole_rows = set()
+    for t in range(14):  # inside the first chunk-row
+        np.testing.assert_array_equal(da.isel(time=t).values, truth[t])
+        whole_rows |= {k.index[0] for k in engine.cache.keys() if isinstance(k, ChunkRequest) and k.part is WHOLE}
+        time.sleep(0.03)
+    snap = tse.stats()
+    assert snap.views_ahead_used > 0 and snap.part_reads > 0, snap
+    assert 0 not in whole_rows, whole_rows  # the row it is on: by parts
+    assert snap.speculative_reads > 0, snap  # the rows ahead: whole

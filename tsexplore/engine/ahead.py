@@ -3,16 +3,20 @@
 A reader that moves through an array one steady step at a time and leaves time between its
 views (play: frame t, t+1, t+2 ... at 30 frames a second) gets each view from here. Right
 after a view is answered, the view one step on (the selection moved by the last step, see
-:func:`~.prefetch.shifted_keys`) is made on the engine's ``tsexplore-ahead`` thread from the
-chunks the engine holds (cached, or being read: joined at PLANNED priority; a guess reads
-nothing of its own) into an output array that the reader then takes as it is. Planning the
-view, looking up its chunks and copying their pieces into it happen in the time the reader
-left between views; the reader's answer is a hand-over.
+:func:`~.prefetch.shifted_keys`) is made on the engine's ``tsexplore-ahead`` thread into an
+output array that the reader then takes as it is: from the whole chunks the engine holds
+(cached, or being read: joined at PLANNED priority; a guess reads no whole chunk of its own)
+and the parts of chunks it needs (read there, one-pass: for this view only). Planning the
+view, looking up its chunks, decoding its parts and copying their pieces into it happen in the
+time the reader left between views; the reader's answer is a hand-over.
 
-It starts only when it pays: the last two steps equal, and the reader's pause before its
-last view at least as long as a view takes to make. Play leaves tens of milliseconds a frame;
-a scrub that asks for the next frame as soon as it has one leaves none, and a view made on
-another thread would then only add a hand-over to the reader's wait. One view per source is
+It starts only when it pays: the last two steps equal, and the reader *paced*: its pause
+before its last view at least :data:`PACE` of the time the view took (and
+:data:`MIN_PAUSE`). Play leaves tens of
+milliseconds a frame; a scrub that asks for the next frame as soon as it has one leaves none,
+and a view made on another thread would then only add a hand-over to the reader's wait. The
+prefetcher asks :meth:`ViewsAhead.paced`: a paced reader's views are made by parts in its
+pauses, so the chunks it is on need not be read whole for it. One view per source is
 held, of at most :data:`MOST_BYTES`: a reader asking for anything else drops it (its buffer
 goes back to the pool), and a view that failed is read again by the reader, which then
 raises what the read raises.
@@ -36,6 +40,10 @@ from .prefetch import shifted_keys
 #: a selection compared across views: per axis ``(position,)`` or ``(start, stop, step)``
 #: (negative positions and open slices resolved against the shape)
 Canon = tuple[tuple[int, ...], ...]
+#: a reader paces its views when it pauses before one at least this share of the time the
+#: view took (a scrub's pause is the loop's own overhead: a few per cent), and at least
+#: MIN_PAUSE seconds (handing a view over from another thread costs ~0.1 ms)
+PACE, MIN_PAUSE = 0.25, 0.001
 #: the largest view made ahead: it holds memory the reader has not asked for yet
 MOST_BYTES = 64 << 20
 #: sources whose last views are remembered (the least recently read go first)
@@ -81,6 +89,7 @@ class _Track:
     step: tuple[int, int] | None = None
     answered: float = 0.0  # when its last view was answered (monotonic)
     view: tuple[Canon, cf.Future] | None = None
+    paced: bool = False  # the reader paused before its last view (see PACE)
 
 
 class ViewsAhead:
@@ -145,7 +154,8 @@ class ViewsAhead:
             pause = asked - track.answered if track.answered else 0.0
             steady = moved is not None and moved == track.step and moved[1] != 0
             track.last, track.step, track.answered = key, moved, now
-            if not steady or pause < seconds or self._closed:
+            track.paced = pause >= max(PACE * seconds, MIN_PAUSE)
+            if not steady or not track.paced or self._closed:
                 return
             axis, distance = moved  # type: ignore[misc]
             following = shifted_keys(real, shape, axis, distance, 1)
@@ -156,6 +166,12 @@ class ViewsAhead:
                 self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=THREAD_PREFIX)
             track.view = (canon(nxt, shape), self._pool.submit(_timed, make, nxt))  # type: ignore[assignment]
         self._count("views_ahead", 1)
+
+    def paced(self, token: str) -> bool:
+        """Whether the reader of source ``token`` paused before its last view (a hint, read
+        without the lock)."""
+        track = self._tracks.get(token)
+        return track is not None and track.paced
 
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""

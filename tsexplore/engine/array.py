@@ -27,7 +27,7 @@ from .loop import on_read_thread
 from .parts import is_part, plan_requests, shift
 from .planning import SelectionPlan, finish, plan_selection, take_piece
 from .scheduler import Engine, get_engine
-from .types import ChunkRequest, Priority
+from .types import WHOLE, ChunkRequest, Priority
 
 
 class SelectionTooLargeError(TsExploreError, MemoryError):
@@ -64,8 +64,7 @@ def read_selection(
 
     A reader's views (observed, copied, kept) that move by a steady step with pauses between
     them get the next view made ahead of them (:mod:`.ahead`) on the engine's
-    ``tsexplore-ahead`` thread, from the chunks the engine holds, and handed over when asked
-    for.
+    ``tsexplore-ahead`` thread, and handed over when asked for.
     """
     asked = time.monotonic()
     plan = plan_selection(key, source.shape, source.chunks)
@@ -122,14 +121,14 @@ def _view_ahead(
     source: ChunkSource, key: tuple[Any, ...], channel: str | None, generation: int | None,
     timeout: float, engine: Engine,
 ) -> np.ndarray:
-    """A reader's next view made ahead of it (:mod:`.ahead`), from chunks the engine holds:
-    cached, or being read. It is a guess, so it reads nothing of its own (a chunk it would
-    read could evict one the reader comes back to); lacking one, it raises ``LookupError``
-    and the reader reads the view itself."""
+    """A reader's next view made ahead of it (:mod:`.ahead`), from the whole chunks the engine
+    holds (cached, or being read) and the parts it reads here (one-pass: not kept). It is a
+    guess, so it reads no whole chunk of its own (one kept could evict a chunk the reader
+    comes back to); lacking one, it raises ``LookupError`` and the reader reads the view."""
     plan = plan_selection(key, source.shape, source.chunks)
     requests = plan_requests(plan, source, engine.context.settings.partial_decode)
-    if not engine.holds(requests):
-        raise LookupError("the view's chunks are not all cached or being read")
+    if not engine.holds([r for r in requests if r.part is WHOLE]):
+        raise LookupError("the view's whole chunks are not all cached or being read")
     items = engine.submit(source, requests, Priority.PLANNED, channel=channel, generation=generation)
     return assemble(plan, items, source.dtype, timeout, requests)
 

@@ -100,6 +100,7 @@ class PrefetchHost(Protocol):
     def submit(self, source: ChunkSource, requests: list[ChunkRequest], priority: Priority = ..., *,
                channel: str | None = ..., generation: int | None = ..., skip_taken: bool = ...) -> list[Any]: ...
     def catch_up(self) -> None: ...
+    def paced(self, source: ChunkSource) -> bool: ...
 
 
 class Observation(NamedTuple):
@@ -551,7 +552,9 @@ class Prefetcher:
             found = momentum_targets(history, grid, source.chunks, slab_latency, most)
             if found is not None:
                 axis, direction, targets = found
-                if not source.is_async:  # the view's own chunks whole too: read by parts till then
+                if not source.is_async and not self._engine.paced(source):
+                    # the view's own chunks whole too: read by parts till then (a reader that
+                    # paces its views has the next ones made by parts in its pauses instead)
                     targets = list(itertools.product(*(range(lo, hi + 1) for lo, hi in obs.ranges))) + targets
                 run = steady_steps(history)
                 if abs(obs.lo[axis] - history[-2].lo[axis]) == 1 and run >= UNIT_STEADY:

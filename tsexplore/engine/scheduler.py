@@ -215,6 +215,10 @@ class Engine:
                 found[i] = value
         return found
 
+    def paced(self, source: ChunkSource) -> bool:
+        """Whether the reader of ``source`` paces its views (see :mod:`.ahead`)."""
+        return self.ahead.paced(source.token)
+
     def holds(self, keys: Sequence[ChunkRequest]) -> bool:
         """Whether every request is cached (a part: or its whole chunk) or being read."""
         reading = self._table.reading
