@@ -55,52 +55,54 @@ class _Made:
         return np.full(3, key[0])
 
 
-def _answer(ahead: ViewsAhead, t: int, made: _Made, pause: bool, seconds: float = 0.0) -> None:
-    """Tell ``ahead`` the reader was answered frame ``t``: after a pause (asked a second
-    after the last answer), or at once (asked as the last answer came, the view taking 1 s)."""
+def _answer(views: ViewsAhead, t: int, made: _Made, pause: bool, seconds: float = 0.0,
+            token: str = "src") -> None:
+    """Tell ``views`` the reader of ``token`` was answered frame ``t`` (24 bytes): after a
+    pause (asked a second after the last answer), or at once (asked as the last answer came,
+    the view taking 1 s)."""
     key = (t, slice(None))
     asked = time.monotonic() + (1.0 if pause else 0.0)
-    ahead.answered("src", canon(key, (50, 4)), key, (50, 4), asked, seconds if pause else 1.0, made)
+    views.answered(token, canon(key, (50, 4)), key, (50, 4), 24, asked, seconds if pause else 1.0, made)
 
 
 def test_the_next_view_is_made_after_two_equal_steps_with_pauses() -> None:
     counts: dict[str, int] = {}
-    ahead = ViewsAhead(lambda name, n: counts.__setitem__(name, counts.get(name, 0) + n))
+    views = ViewsAhead(lambda name, n: counts.__setitem__(name, counts.get(name, 0) + n))
     made = _Made()
     try:
         for t in (4, 7):  # one step: not yet a pattern
-            assert ahead.take("src", canon((t, slice(None)), (50, 4)), 5) is None
-            _answer(ahead, t, made, pause=True)
+            assert views.take("src", canon((t, slice(None)), (50, 4)), 5) is None
+            _answer(views, t, made, pause=True)
         assert made.keys == []
-        _answer(ahead, 10, made, pause=True)  # two equal steps of 3
+        _answer(views, 10, made, pause=True)  # two equal steps of 3
         assert made.done.wait(5)
         assert made.keys == [(13, slice(None))]
-        got = ahead.take("src", canon((13,), (50, 4)), 5)
+        got = views.take("src", canon((13,), (50, 4)), 5)
         assert got is not None and got[0].tolist() == [13, 13, 13]
         assert counts == {"views_ahead": 1, "views_ahead_used": 1}
-        assert ahead.take("src", canon((13,), (50, 4)), 5) is None  # handed over once
+        assert views.take("src", canon((13,), (50, 4)), 5) is None  # handed over once
     finally:
-        ahead.close()
+        views.close()
 
 
 def test_no_view_is_made_for_a_reader_without_pauses_or_off_its_pattern() -> None:
-    ahead = ViewsAhead(lambda name, n: None)
+    views = ViewsAhead(lambda name, n: None)
     made = _Made()
     try:
         for t in range(5):  # a scrub: each frame asked for as the last one came
-            _answer(ahead, t, made, pause=False)
+            _answer(views, t, made, pause=False)
         assert made.keys == []
         for t in (10, 12, 14):  # steady, with pauses: frame 16 made ahead
-            _answer(ahead, t, made, pause=True)
+            _answer(views, t, made, pause=True)
         assert made.done.wait(5) and made.keys == [(16, slice(None))]
         # the reader jumps elsewhere: what was made is dropped, nothing new is made
-        assert ahead.take("src", canon((30,), (50, 4)), 5) is None
-        assert ahead.take("src", canon((16,), (50, 4)), 5) is None
-        _answer(ahead, 48, made, pause=True)  # the next step would leave the array
-        _answer(ahead, 49, made, pause=True)
+        assert views.take("src", canon((30,), (50, 4)), 5) is None
+        assert views.take("src", canon((16,), (50, 4)), 5) is None
+        _answer(views, 48, made, pause=True)  # the next step would leave the array
+        _answer(views, 49, made, pause=True)
         assert made.keys == [(16, slice(None))]
     finally:
-        ahead.close()
+        views.close()
 
 
 def test_play_with_pauses_takes_views_made_ahead_equal_to_its_own_reads() -> None:
@@ -122,7 +124,7 @@ def test_play_with_pauses_takes_views_made_ahead_equal_to_its_own_reads() -> Non
 
 
 def test_a_view_is_not_made_from_chunks_the_engine_does_not_hold() -> None:
-    """A guess reads nothing of its own: with the prefetch off, nothing is cached ahead, so
+    """A guess reads no whole chunk of its own: with the prefetch off, nothing is cached ahead, so
     every frame is read by the reader, once, and no view ahead is used."""
     values = np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE)
     inner = ArraySource(values, chunks=(1, 6, 10))
@@ -132,6 +134,22 @@ def test_a_view_is_not_made_from_chunks_the_engine_does_not_hold() -> None:
         time.sleep(0.02)
     assert tse.stats().views_ahead_used == 0
     assert src.reads == 8 and all(n == 1 for n in src.counts.values())
+
+
+def test_views_made_ahead_hold_at_most_the_limit_all_sources_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ahead, "MOST_BYTES", 30)  # room for one view of 24 bytes
+    views = ViewsAhead(lambda name, n: None)
+    made = _Made()
+    try:
+        for t in (0, 1, 2):
+            _answer(views, t, made, pause=True, token="a")
+        for t in (5, 6, 7):  # the view of b drops the one made for a
+            _answer(views, t, made, pause=True, token="b")
+        assert views.take("a", canon((3,), (50, 4)), 5) is None
+        got = views.take("b", canon((8,), (50, 4)), 5)
+        assert got is not None and got[0].tolist() == [8, 8, 8]
+    finally:
+        views.close()
 
 
 def test_views_larger_than_the_limit_are_not_made_ahead(monkeypatch: pytest.MonkeyPatch) -> None:

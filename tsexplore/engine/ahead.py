@@ -17,9 +17,9 @@ milliseconds a frame; a scrub that asks for the next frame as soon as it has one
 and a view made on another thread would then only add a hand-over to the reader's wait. The
 prefetcher asks :meth:`ViewsAhead.paced`: a paced reader's views are made by parts in its
 pauses, so the chunks it is on need not be read whole for it. One view per source is
-held, of at most :data:`MOST_BYTES`: a reader asking for anything else drops it (its buffer
-goes back to the pool), and a view that failed is read again by the reader, which then
-raises what the read raises.
+held, and all of them hold at most :data:`MOST_BYTES`: a reader asking for anything else
+drops it (its buffer goes back to the pool), and a view that failed is read again by the
+reader, which then raises what the read raises.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ Canon = tuple[tuple[int, ...], ...]
 #: view took (a scrub's pause is the loop's own overhead: a few per cent), and at least
 #: MIN_PAUSE seconds (handing a view over from another thread costs ~0.1 ms)
 PACE, MIN_PAUSE = 0.25, 0.001
-#: the largest view made ahead: it holds memory the reader has not asked for yet
+#: the views made ahead and not yet taken hold at most this many bytes, all sources together
+#: (memory no reader asked for yet): a larger view is not made ahead, and a new one drops
+#: those of the sources read least recently
 MOST_BYTES = 64 << 20
 #: sources whose last views are remembered (the least recently read go first)
 TRACKED = 64
@@ -88,7 +90,7 @@ class _Track:
     last: Canon | None = None
     step: tuple[int, int] | None = None
     answered: float = 0.0  # when its last view was answered (monotonic)
-    view: tuple[Canon, cf.Future] | None = None
+    view: tuple[Canon, cf.Future, int] | None = None  # and its bytes
     paced: bool = False  # the reader paused before its last view (see PACE)
 
 
@@ -114,7 +116,7 @@ class ViewsAhead:
             if view is None:
                 return None
             track.view = None  # type: ignore[union-attr]
-        made, future = view
+        made, future, _ = view
         if made != key:
             return None
         try:
@@ -122,11 +124,11 @@ class ViewsAhead:
         except cf.TimeoutError:
             if not future.done():
                 raise ReadTimeoutError(
-                    f"the view read ahead of the reader did not finish within {timeout} s; "
+                    f"the view made ahead of the reader did not finish within {timeout} s; "
                     "raise tse.config.set(wait_timeout=...) or check the store"
                 ) from None
             return None
-        except BaseException:  # noqa: BLE001 - the reader reads it again and raises its own error
+        except Exception:  # noqa: BLE001 - the reader reads it again and raises its own error
             return None
         self._count("views_ahead_used", 1)
         return out
@@ -137,13 +139,14 @@ class ViewsAhead:
         key: Canon,
         real: tuple[object, ...],
         shape: tuple[int, ...],
+        nbytes: int,
         asked: float,
         seconds: float,
         make: Callable[[tuple[object, ...]], np.ndarray],
     ) -> None:
-        """The reader of source ``token`` was answered view ``key`` (its selection ``real``),
-        asked at ``asked`` (monotonic) and made in ``seconds``; start making the next view
-        with ``make(selection)`` when the pattern and the reader's pace call for it."""
+        """The reader of source ``token`` was answered view ``key`` (its selection ``real``, of
+        ``nbytes``), asked at ``asked`` (monotonic) and made in ``seconds``; start making the
+        next view with ``make(selection)`` when the pattern and the reader's pace call for it."""
         now = time.monotonic()
         with self._lock:
             track = self._tracks.pop(token, None) or _Track()
@@ -155,17 +158,29 @@ class ViewsAhead:
             steady = moved is not None and moved == track.step and moved[1] != 0
             track.last, track.step, track.answered = key, moved, now
             track.paced = pause >= max(PACE * seconds, MIN_PAUSE)
-            if not steady or not track.paced or self._closed:
+            if not steady or not track.paced or self._closed or nbytes > MOST_BYTES:
                 return
             axis, distance = moved  # type: ignore[misc]
             following = shifted_keys(real, shape, axis, distance, 1)
             if not following:
                 return
             nxt = following[0]
+            self._make_room_locked(nbytes)
             if self._pool is None:
                 self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=THREAD_PREFIX)
-            track.view = (canon(nxt, shape), self._pool.submit(_timed, make, nxt))  # type: ignore[assignment]
+            track.view = (canon(nxt, shape), self._pool.submit(_timed, make, nxt), nbytes)  # type: ignore[assignment]
         self._count("views_ahead", 1)
+
+    def _make_room_locked(self, nbytes: int) -> None:
+        """Drop the views made ahead for the sources read least recently until ``nbytes``
+        more stay within :data:`MOST_BYTES` (lock held)."""
+        held = sum(t.view[2] for t in self._tracks.values() if t.view is not None)
+        for track in self._tracks.values():  # least recently read first
+            if held + nbytes <= MOST_BYTES:
+                return
+            if track.view is not None:
+                held -= track.view[2]
+                track.view = None
 
     def paced(self, token: str) -> bool:
         """Whether the reader of source ``token`` paused before its last view (a hint, read

@@ -21,7 +21,7 @@ from .. import config
 from ..errors import TsExploreError
 from ..sources import buffers
 from ..sources.base import ChunkSource
-from . import ahead
+from .ahead import canon
 from .blocking import wait_all
 from .loop import on_read_thread
 from .parts import is_part, plan_requests, shift
@@ -82,8 +82,7 @@ def read_selection(
         return assemble(plan, [engine.read_inline(source, i) for i in plan.indices], dtype, timeout)
     observe = priority is Priority.VISIBLE if observe is None else observe
     # a reader's views, copied and kept: the next one may be made ahead (see .ahead)
-    follow = observe and copy and cache and plan.basic and nbytes <= ahead.MOST_BYTES
-    view = ahead.canon(key, source.shape) if follow else None
+    view = canon(key, source.shape) if observe and copy and cache and plan.basic else None
     made = engine.ahead.take(source.token, view, timeout) if view is not None else None
     if made is not None:
         out, seconds = made
@@ -110,7 +109,7 @@ def read_selection(
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:
         engine.ahead.answered(
-            source.token, view, key, source.shape, asked, seconds,
+            source.token, view, key, source.shape, nbytes, asked, seconds,
             functools.partial(_view_ahead, source, channel=channel, generation=generation,
                               timeout=timeout, engine=engine),
         )
