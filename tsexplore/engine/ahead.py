@@ -11,15 +11,14 @@ view, looking up its chunks, decoding its parts and copying their pieces into it
 time the reader left between views; the reader's answer is a hand-over.
 
 It starts only when it pays: the last two steps equal, and the reader *paced*: its pause
-before its last view at least :data:`PACE` of the time the view took (and
-:data:`MIN_PAUSE`). Play leaves tens of
-milliseconds a frame; a scrub that asks for the next frame as soon as it has one leaves none,
-and a view made on another thread would then only add a hand-over to the reader's wait. The
-prefetcher asks :meth:`ViewsAhead.paced`: a paced reader's views are made by parts in its
-pauses, so the chunks it is on need not be read whole for it. One view per source is
-held, and all of them hold at most :data:`MOST_BYTES`: a reader asking for anything else
-drops it (its buffer goes back to the pool), and a view that failed is read again by the
-reader, which then raises what the read raises.
+before its last view at least :data:`PACE` of the time the view took (and at least
+:data:`MIN_PAUSE`). Play leaves tens of milliseconds a frame; a scrub that asks for the next
+frame as soon as it has one leaves none, and a view made on another thread would then only
+add a hand-over to the reader's wait. The prefetcher asks :meth:`ViewsAhead.paced`: a paced
+reader's views are made by parts in its pauses, so the chunks it is on need not be read whole
+for it. One view per source is held, and all of them hold at most :data:`MOST_BYTES`: a
+reader asking for anything else drops it (its buffer goes back to the pool), and a view that
+failed is read again by the reader, which then raises what the read raises.
 """
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ from .prefetch import shifted_keys
 Canon = tuple[tuple[int, ...], ...]
 #: a reader paces its views when it pauses before one at least this share of the time the
 #: view took (a scrub's pause is the loop's own overhead: a few per cent), and at least
-#: MIN_PAUSE seconds (handing a view over from another thread costs ~0.1 ms)
+#: MIN_PAUSE seconds (a shorter pause saves less than handing a view over from another
+#: thread costs: waking it)
 PACE, MIN_PAUSE = 0.25, 0.001
 #: the views made ahead and not yet taken hold at most this many bytes, all sources together
 #: (memory no reader asked for yet): a larger view is not made ahead, and a new one drops

@@ -88,23 +88,7 @@ def read_selection(
         out, seconds = made
         engine.prefetcher.observe_soon(source, plan, False, key)
     else:
-        # thin regions of blosc chunks: only their blocks
-        requests = plan_requests(plan, source, engine.context.settings.partial_decode)
-        items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
-        if observe and any(isinstance(item, cf.Future) for item in items):
-            engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
-            observe = False
-        if not copy and len(items) == 1:
-            item = items[0]
-            chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
-            local = plan.placements[0][1]
-            if is_part(chunk, requests[0]):
-                local = shift(local, requests[0].box)  # type: ignore[arg-type]
-            out = finish(take_piece(chunk, local), plan)
-        else:
-            out = assemble(plan, items, dtype, timeout, requests)
-        if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
-            engine.prefetcher.observe_soon(source, plan, not cache, key)
+        out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, engine)
         seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:
@@ -116,20 +100,56 @@ def read_selection(
     return out
 
 
+def _read(
+    source: ChunkSource,
+    plan: SelectionPlan,
+    key: tuple[Any, ...],
+    priority: Priority,
+    channel: str | None,
+    generation: int | None,
+    timeout: float,
+    observe: bool,
+    copy: bool,
+    cache: bool,
+    engine: Engine,
+    guess: bool = False,
+) -> np.ndarray:
+    """Read ``plan`` through the engine (:func:`read_selection`'s read); ``observe``: show it
+    to the prefetcher. ``guess``: a view made ahead of its reader (:mod:`.ahead`), which
+    reads no whole chunk of its own (one kept could evict a chunk the reader comes back to):
+    lacking one cached or being read, it raises ``LookupError`` and the reader reads the
+    view; the parts it needs it reads (one-pass: not kept)."""
+    # thin regions of blosc chunks: only their blocks
+    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
+    if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
+        raise LookupError("the view's whole chunks are not all cached or being read")
+    items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
+    if observe and any(isinstance(item, cf.Future) for item in items):
+        engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
+        observe = False
+    if not copy and len(items) == 1:
+        item = items[0]
+        chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
+        local = plan.placements[0][1]
+        if is_part(chunk, requests[0]):
+            local = shift(local, requests[0].box)  # type: ignore[arg-type]
+        out = finish(take_piece(chunk, local), plan)
+    else:
+        out = assemble(plan, items, source.dtype, timeout, requests)
+    if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
+        engine.prefetcher.observe_soon(source, plan, not cache, key)
+    return out
+
+
 def _view_ahead(
     source: ChunkSource, key: tuple[Any, ...], channel: str | None, generation: int | None,
     timeout: float, engine: Engine,
 ) -> np.ndarray:
-    """A reader's next view made ahead of it (:mod:`.ahead`), from the whole chunks the engine
-    holds (cached, or being read) and the parts it reads here (one-pass: not kept). It is a
-    guess, so it reads no whole chunk of its own (one kept could evict a chunk the reader
-    comes back to); lacking one, it raises ``LookupError`` and the reader reads the view."""
+    """The view ``key`` made ahead of its reader: a guess read at PLANNED priority, copied,
+    kept, not shown to the prefetcher (the reader's taking it is)."""
     plan = plan_selection(key, source.shape, source.chunks)
-    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
-    if not engine.holds([r for r in requests if r.part is WHOLE]):
-        raise LookupError("the view's whole chunks are not all cached or being read")
-    items = engine.submit(source, requests, Priority.PLANNED, channel=channel, generation=generation)
-    return assemble(plan, items, source.dtype, timeout, requests)
+    return _read(source, plan, key, Priority.PLANNED, channel, generation, timeout,
+                 observe=False, copy=True, cache=True, engine=engine, guess=True)
 
 
 def assemble(
