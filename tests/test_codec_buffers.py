@@ -1,11 +1,13 @@
 """Chunks of 4 MiB and more decode into mmap-backed buffers; values must not change."""
 
 import numpy as np
+import pytest
 import xarray as xr
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 import tsexplore as tse
+from tsexplore.sources import buffers
 from tsexplore.sources.codecs import _buffer
 
 
@@ -112,6 +114,41 @@ def test_frames_of_changing_size_share_a_few_size_classes():
     assert after["free_bytes"] <= (1 << 20) + (1 << 20) * 5 // 4
     assert all(n <= buffers.size_class(n) <= n * 1.25 + 4096 for n in sizes)
     buffers.clear()
+
+
+def _vma_flags(address: int) -> dict[str, str]:
+    """The kernel's /proc/self/smaps entry of the mapping that holds ``address``."""
+    lines = open("/proc/self/smaps").read().splitlines()
+    found = None
+    for line in lines:
+        head = line.split()[0] if line else ""
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            found = {} if lo <= address < hi else None
+        elif found is not None and ":" in line:
+            key, _, value = line.partition(":")
+            found[key] = value.strip()
+            if key == "VmFlags":
+                return found
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def _thp_offered() -> bool:
+    try:
+        return "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _thp_offered(), reason="no transparent huge pages on this system")
+def test_large_buffers_ask_for_huge_pages_and_small_ones_do_not():
+    """What the kernel says of the mappings (``hg``: MADV_HUGEPAGE): a decoded chunk of 4 MiB
+    asks for huge pages, a frame under 2 MiB keeps small ones."""
+    large, small = buffers.empty(4 << 20), buffers.empty(1 << 20)
+    assert "hg" in _vma_flags(large.ctypes.data)["VmFlags"].split()
+    assert "hg" not in _vma_flags(small.ctypes.data)["VmFlags"].split()
+    large[:] = 3  # and they hold what is written, like any other
+    assert int(large[::4096].sum()) == 3 * 1024
 
 
 def test_the_pool_keeps_at_most_its_limit(monkeypatch):

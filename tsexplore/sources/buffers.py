@@ -4,8 +4,10 @@ Every new page is a fault, and under virtualisation a fault costs microseconds: 
 touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are written into
 ``mmap`` buffers that are recycled once the last array viewing them is gone:
 
-- a new buffer is a plain anonymous mapping, not pre-populated and without
-  ``MADV_HUGEPAGE`` (on first touch the kernel could compact memory);
+- a new buffer is a plain anonymous mapping, not pre-populated; one of at least
+  :data:`HUGE` bytes asks for transparent huge pages (``MADV_HUGEPAGE``, as NumPy does
+  for its large arrays): one fault per 2 MiB instead of 512, and fewer TLB misses for
+  the decoder writing it and the reader copying pieces out of it;
 - a ``weakref.finalize`` on the root array returns it to a free list when the array and
   every view of it are garbage: nothing is handed out twice;
 - the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
@@ -28,6 +30,9 @@ from collections.abc import Callable
 import numpy as np
 
 MIN_POOLED = 1 << 18
+#: buffers this large ask for transparent huge pages (a huge page on x86-64: 2 MiB)
+HUGE = 1 << 21
+_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 #: the pool's limit outside a budget
 DEFAULT_LIMIT = 64 << 20
 #: a free buffer not reused within this many of the pool's allocations is unmapped
@@ -155,6 +160,11 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
     del aged  # unmapped outside the lock
     if m is None:
         m = mmap.mmap(-1, size, flags=_FLAGS)
+        if size >= HUGE and _HUGEPAGE is not None:
+            try:
+                m.madvise(_HUGEPAGE)
+            except OSError:  # no transparent huge pages here: small pages
+                pass
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
