@@ -226,3 +226,51 @@ def test_a_paced_play_has_its_first_chunk_row_made_by_parts_in_its_pauses(tmp_pa
     assert snap.views_ahead_used > 0 and snap.part_reads > 0, snap
     assert 0 not in whole_rows, whole_rows  # the row it is on: by parts
     assert snap.speculative_reads > 0, snap  # the rows ahead: whole
+
+
+def test_a_reader_moving_by_a_steady_step_without_pauses_scrubs() -> None:
+    """A scrub (steady step, no pause, shorter than the chunks) reads whole chunks: its next
+    views take the rest of them. Not so for a step as long as a chunk, a paced reader, or a
+    reader off its pattern."""
+    views = ViewsAhead(lambda name, n: None)
+    made = _Made()
+    try:
+        for t in range(2):
+            _answer(views, t, made, pause=False)
+        assert not views.scrubs("src", (16, 4))  # one step: not yet a pattern
+        _answer(views, 2, made, pause=False)
+        assert views.scrubs("src", (16, 4))
+        assert not views.scrubs("src", (1, 4))  # a step of one chunk: the next view is elsewhere
+        assert not views.scrubs("other", (16, 4))
+        _answer(views, 3, made, pause=True)  # paused: play, made by parts in its pauses
+        assert not views.scrubs("src", (16, 4))
+        _answer(views, 4, made, pause=False)
+        assert views.scrubs("src", (16, 4))
+        _answer(views, 30, made, pause=False)  # a jump
+        assert not views.scrubs("src", (16, 4))
+    finally:
+        views.close()
+
+
+@pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
+def test_a_scrub_reads_whole_chunks_once_it_is_steady(tmp_path: Path) -> None:
+    """A scrub through a blosc store with small blocks, nothing read ahead for it: its first
+    frames are read by parts (no pattern yet), then each chunk whole once, and the frames
+    after are cut from it; every frame equals zarr's own read."""
+    shape = (64, 64, 64)
+    values = np.random.default_rng(9).standard_normal(shape).astype("float32")
+    arr = zarr.create_array(str(tmp_path / "s.zarr"), shape=shape, chunks=(16, 32, 32), dtype="float32",
+                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
+                            dimension_names=("time", "y", "x"))
+    arr[...] = values
+    truth = zarr.open_array(str(tmp_path / "s.zarr"), mode="r")
+    ds = tse.open_dataset(tmp_path / "s.zarr", prefetch="off")
+    da = ds[list(ds.data_vars)[0]]
+    frames = [da.isel(time=t).values for t in range(48)]  # as fast as it can: a scrub
+    for t, frame in enumerate(frames):
+        np.testing.assert_array_equal(frame, truth[t])
+    snap = tse.stats()
+    # 4 chunks a frame: the first three frames by parts (192 if every frame were); a frame
+    # that happened to wait a moment (the machine busy) reads by parts too
+    assert 12 <= snap.part_reads <= 24, snap
+    assert snap.reads - snap.part_reads == 12, snap  # chunk-rows 0-2, each chunk once

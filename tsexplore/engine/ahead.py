@@ -16,7 +16,8 @@ before its last view at least :data:`PACE` of the time the view took (and at lea
 frame as soon as it has one leaves none, and a view made on another thread would then only
 add a hand-over to the reader's wait. The prefetcher asks :meth:`ViewsAhead.paced`: a paced
 reader's views are made by parts in its pauses, so the chunks it is on need not be read whole
-for it. One view per source is held, and all of them hold at most :data:`MOST_BYTES`: a
+for it; a reader asks :meth:`ViewsAhead.scrubs`: one that moves steadily without pausing reads
+whole chunks, since its next views take the rest of them. One view per source is held, and all of them hold at most :data:`MOST_BYTES`: a
 reader asking for anything else drops it (its buffer goes back to the pool), and a view that
 failed is read again by the reader, which then raises what the read raises.
 """
@@ -92,6 +93,7 @@ class _Track:
     answered: float = 0.0  # when its last view was answered (monotonic)
     view: tuple[Canon, cf.Future, int] | None = None  # and its bytes
     paced: bool = False  # the reader paused before its last view (see PACE)
+    steady: bool = False  # its last two steps were equal (and not zero)
 
 
 class ViewsAhead:
@@ -158,6 +160,7 @@ class ViewsAhead:
             steady = moved is not None and moved == track.step and moved[1] != 0
             track.last, track.step, track.answered = key, moved, now
             track.paced = pause >= max(PACE * seconds, MIN_PAUSE)
+            track.steady = steady
             if not steady or not track.paced or self._closed or nbytes > MOST_BYTES:
                 return
             axis, distance = moved  # type: ignore[misc]
@@ -187,6 +190,17 @@ class ViewsAhead:
         without the lock)."""
         track = self._tracks.get(token)
         return track is not None and track.paced
+
+    def scrubs(self, token: str, chunks: tuple[int, ...]) -> bool:
+        """Whether the reader of source ``token`` (chunks ``chunks``) scrubs: moves by a
+        steady step shorter than the chunks along its axis, without pausing (a hint, read
+        without the lock). Its next views need the rest of the chunks it is on, so reading
+        parts of them first would only decode some of their blocks twice."""
+        track = self._tracks.get(token)
+        if track is None or not track.steady or track.paced or track.step is None:
+            return False
+        axis, distance = track.step
+        return abs(distance) < chunks[axis]
 
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""

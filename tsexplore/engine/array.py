@@ -119,8 +119,12 @@ def _read(
     reads no whole chunk of its own (one kept could evict a chunk the reader comes back to):
     lacking one cached or being read, it raises ``LookupError`` and the reader reads the
     view; the parts it needs it reads (one-pass: not kept)."""
-    # thin regions of blosc chunks: only their blocks
-    requests = plan_requests(plan, source, engine.context.settings.partial_decode)
+    # thin regions of blosc chunks: only their blocks, unless the reader scrubs through local
+    # ones (its next views take the rest of each chunk: whole chunks, as the prefetcher reads
+    # them; a remote store's next views are read ahead as parts, the slabs as stored bytes)
+    scrubs = not guess and not source.is_async and engine.ahead.scrubs(source.token, source.chunks)
+    parts = engine.context.settings.partial_decode and not scrubs
+    requests = plan_requests(plan, source, parts)
     if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
         raise LookupError("the view's whole chunks are not all cached or being read")
     items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)
