@@ -149,6 +149,12 @@ def test_large_buffers_ask_for_huge_pages_and_small_ones_do_not():
     assert "hg" not in _vma_flags(small.ctypes.data)["VmFlags"].split()
     large[:] = 3  # and they hold what is written, like any other
     assert int(large[::4096].sum()) == 3 * 1024
+    # a read thread's scratch that chunk files are read into
+    from tsexplore.sources.bytes import _scratch_view
+
+    scratch = np.frombuffer(_scratch_view(3 << 20), dtype=np.uint8)
+    assert scratch.nbytes >= 3 << 20
+    assert "hg" in _vma_flags(scratch.ctypes.data)["VmFlags"].split()
 
 
 def test_the_pool_keeps_at_most_its_limit(monkeypatch):

@@ -159,15 +159,22 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
             _counters["mapped"] += 1
     del aged  # unmapped outside the lock
     if m is None:
-        m = mmap.mmap(-1, size, flags=_FLAGS)
-        if size >= HUGE and _HUGEPAGE is not None:
-            try:
-                m.madvise(_HUGEPAGE)
-            except OSError:  # no transparent huge pages here: small pages
-                pass
+        m = mapping(size)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
+
+
+def mapping(size: int) -> mmap.mmap:
+    """A new anonymous mapping of ``size`` bytes (not touched yet); one of at least
+    :data:`HUGE` bytes asks for transparent huge pages."""
+    m = mmap.mmap(-1, size, flags=_FLAGS)
+    if size >= HUGE and _HUGEPAGE is not None:
+        try:
+            m.madvise(_HUGEPAGE)
+        except OSError:  # no transparent huge pages here: small pages
+            pass
+    return m
 
 
 def stats() -> dict[str, int]:

@@ -24,6 +24,7 @@ remote stores and the choice of one for a URL are in :mod:`.remote`.
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import random
 import re
@@ -35,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ReadTimeoutError, RemoteReadError
+from . import buffers
 from .link import LinkModel
 
 #: bytes-like answers: ``bytes``, ``memoryview``, ``uint8`` arrays, obstore ``Bytes``
@@ -407,10 +409,11 @@ _scratch = threading.local()
 
 def _scratch_view(nbytes: int) -> memoryview:
     """This thread's scratch buffer, at least ``nbytes`` long (reused, so reading a chunk
-    file does not first-touch fresh pages)."""
-    buf: bytearray | None = getattr(_scratch, "buf", None)
+    file does not first-touch fresh pages; a large one on huge pages, which the kernel copies
+    a file's cached pages into faster: :func:`.buffers.mapping`)."""
+    buf: mmap.mmap | None = getattr(_scratch, "buf", None)
     if buf is None or len(buf) < nbytes:
-        buf = _scratch.buf = bytearray(max(nbytes, 2 * len(buf) if buf is not None else 0))
+        buf = _scratch.buf = buffers.mapping(max(nbytes, 2 * len(buf) if buf is not None else 1))
     return memoryview(buf)
 
 
