@@ -141,12 +141,13 @@ def _thp_offered() -> bool:
 
 
 @pytest.mark.skipif(not _thp_offered(), reason="no transparent huge pages on this system")
-def test_large_buffers_ask_for_huge_pages_and_small_ones_do_not():
-    """What the kernel says of the mappings (``hg``: MADV_HUGEPAGE): a decoded chunk of 4 MiB
-    asks for huge pages, a frame under 2 MiB keeps small ones."""
-    large, small = buffers.empty(4 << 20), buffers.empty(1 << 20)
-    assert "hg" in _vma_flags(large.ctypes.data)["VmFlags"].split()
-    assert "hg" not in _vma_flags(small.ctypes.data)["VmFlags"].split()
+def test_a_read_scratch_asks_for_huge_pages_and_recycled_buffers_do_not():
+    """What the kernel says of the mappings (``hg``: MADV_HUGEPAGE): a read thread's scratch
+    for chunk files asks for huge pages; recycled buffers (mapped all the time while the
+    cache grows) and small mappings keep small pages."""
+    large, small = buffers.empty(4 << 20), buffers.mapping(1 << 20)
+    assert "hg" not in _vma_flags(large.ctypes.data)["VmFlags"].split()
+    assert "hg" not in _vma_flags(np.frombuffer(small, dtype=np.uint8).ctypes.data)["VmFlags"].split()
     large[:] = 3  # and they hold what is written, like any other
     assert int(large[::4096].sum()) == 3 * 1024
     # a read thread's scratch that chunk files are read into

@@ -4,10 +4,9 @@ Every new page is a fault, and under virtualisation a fault costs microseconds: 
 touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are written into
 ``mmap`` buffers that are recycled once the last array viewing them is gone:
 
-- a new buffer is a plain anonymous mapping, not pre-populated; one of at least
-  :data:`HUGE` bytes asks for transparent huge pages (``MADV_HUGEPAGE``, as NumPy does
-  for its large arrays): one fault per 2 MiB instead of 512, and fewer TLB misses for
-  the decoder writing it and the reader copying pieces out of it;
+- a new buffer is a plain anonymous mapping, not pre-populated and on small pages: a
+  huge page (``MADV_HUGEPAGE``) can make the kernel compact memory at its first touch, and
+  while the cache grows (random frames) new buffers are mapped all the time;
 - a ``weakref.finalize`` on the root array returns it to a free list when the array and
   every view of it are garbage: nothing is handed out twice;
 - the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
@@ -159,17 +158,19 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
             _counters["mapped"] += 1
     del aged  # unmapped outside the lock
     if m is None:
-        m = mapping(size)
+        m = mapping(size, huge=False)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
 
 
-def mapping(size: int) -> mmap.mmap:
-    """A new anonymous mapping of ``size`` bytes (not touched yet); one of at least
-    :data:`HUGE` bytes asks for transparent huge pages."""
+def mapping(size: int, huge: bool = True) -> mmap.mmap:
+    """A new anonymous mapping of ``size`` bytes (not touched yet). ``huge``: one of at least
+    :data:`HUGE` bytes asks for transparent huge pages -- for memory mapped once and used
+    for long (a read thread's scratch): the kernel copies into it faster, and the first
+    touch may be a compaction."""
     m = mmap.mmap(-1, size, flags=_FLAGS)
-    if size >= HUGE and _HUGEPAGE is not None:
+    if huge and size >= HUGE and _HUGEPAGE is not None:
         try:
             m.madvise(_HUGEPAGE)
         except OSError:  # no transparent huge pages here: small pages
