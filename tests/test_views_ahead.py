@@ -202,18 +202,23 @@ def test_play_of_a_store_written_by_xarray_equals_xarrays_own_reads(tmp_path: Pa
     assert tse.stats().views_ahead_used > 0
 
 
+def _blosc_store(path: Path, seed: int) -> zarr.Array:
+    """A (64, 64, 64) float32 store of chunks (16, 32, 32) in blosc blocks of 4 KiB (a frame
+    of a chunk is one block), written by zarr; returned as zarr reads it."""
+    values = np.random.default_rng(seed).standard_normal((64, 64, 64)).astype("float32")
+    arr = zarr.create_array(str(path), shape=values.shape, chunks=(16, 32, 32), dtype="float32",
+                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
+                            dimension_names=("time", "y", "x"))
+    arr[...] = values
+    return zarr.open_array(str(path), mode="r")
+
+
 @pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
 def test_a_paced_play_has_its_first_chunk_row_made_by_parts_in_its_pauses(tmp_path: Path) -> None:
     """Play on a blosc store: the frames of the chunks it is on are made ahead by parts in its
     pauses, so those chunks are not read whole for it (the rows ahead are); every frame
     equals zarr's own read."""
-    shape = (64, 64, 64)
-    values = np.random.default_rng(5).standard_normal(shape).astype("float32")
-    arr = zarr.create_array(str(tmp_path / "p.zarr"), shape=shape, chunks=(16, 32, 32), dtype="float32",
-                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
-                            dimension_names=("time", "y", "x"))
-    arr[...] = values
-    truth = zarr.open_array(str(tmp_path / "p.zarr"), mode="r")
+    truth = _blosc_store(tmp_path / "p.zarr", seed=5)
     ds = tse.open_dataset(tmp_path / "p.zarr")
     da = ds[list(ds.data_vars)[0]]
     engine = get_engine()
@@ -257,13 +262,7 @@ def test_a_scrub_reads_whole_chunks_once_it_is_steady(tmp_path: Path) -> None:
     """A scrub through a blosc store with small blocks, nothing read ahead for it: its first
     frames are read by parts (no pattern yet), then each chunk whole once, and the frames
     after are cut from it; every frame equals zarr's own read."""
-    shape = (64, 64, 64)
-    values = np.random.default_rng(9).standard_normal(shape).astype("float32")
-    arr = zarr.create_array(str(tmp_path / "s.zarr"), shape=shape, chunks=(16, 32, 32), dtype="float32",
-                            compressors=BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=4096),
-                            dimension_names=("time", "y", "x"))
-    arr[...] = values
-    truth = zarr.open_array(str(tmp_path / "s.zarr"), mode="r")
+    truth = _blosc_store(tmp_path / "s.zarr", seed=9)
     ds = tse.open_dataset(tmp_path / "s.zarr", prefetch="off")
     da = ds[list(ds.data_vars)[0]]
     frames = [da.isel(time=t).values for t in range(48)]  # as fast as it can: a scrub
