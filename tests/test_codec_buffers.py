@@ -145,7 +145,7 @@ def test_a_read_scratch_asks_for_huge_pages_and_recycled_buffers_do_not():
     """What the kernel says of the mappings (``hg``: MADV_HUGEPAGE): a read thread's scratch
     for chunk files asks for huge pages; recycled buffers (mapped all the time while the
     cache grows) and small mappings keep small pages."""
-    large, small = buffers.empty(4 << 20), buffers.mapping(1 << 20)
+    large, small = buffers.empty(4 << 20), buffers.mapping(1 << 20, huge=True)
     assert "hg" not in _vma_flags(large.ctypes.data)["VmFlags"].split()
     assert "hg" not in _vma_flags(np.frombuffer(small, dtype=np.uint8).ctypes.data)["VmFlags"].split()
     large[:] = 3  # and they hold what is written, like any other

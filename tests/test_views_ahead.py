@@ -17,7 +17,7 @@ from zarr.codecs import BloscCodec
 
 import tsexplore as tse
 from tsexplore.engine import ChunkRequest, ahead
-from tsexplore.engine.ahead import THREAD_PREFIX, ViewsAhead, canon, step
+from tsexplore.engine.ahead import THREAD_PREFIX, Canon, ViewsAhead, canon, step
 from tsexplore.engine.array import read_selection
 from tsexplore.engine.scheduler import get_engine
 from tsexplore.engine.types import WHOLE
@@ -234,25 +234,30 @@ def test_a_paced_play_has_its_first_chunk_row_made_by_parts_in_its_pauses(tmp_pa
 
 
 def test_a_reader_moving_by_a_steady_step_without_pauses_scrubs() -> None:
-    """A scrub (steady step, no pause, shorter than the chunks) reads whole chunks: its next
-    views take the rest of them. Not so for a step as long as a chunk, a paced reader, or a
-    reader off its pattern."""
+    """A view that goes on with a scrub (steady step, no pause, shorter than the chunks)
+    reads whole chunks: the views after it take the rest of them. Not so for a step as long as
+    a chunk, a paced reader, a view off the pattern (a jump), or another source."""
     views = ViewsAhead(lambda name, n: None)
     made = _Made()
+
+    def view(t: int) -> Canon:
+        return canon((t, slice(None)), (50, 4))
+
     try:
         for t in range(2):
             _answer(views, t, made, pause=False)
-        assert not views.scrubs("src", (16, 4))  # one step: not yet a pattern
+        assert not views.scrubs("src", view(2), (16, 4))  # one step: not yet a pattern
         _answer(views, 2, made, pause=False)
-        assert views.scrubs("src", (16, 4))
-        assert not views.scrubs("src", (1, 4))  # a step of one chunk: the next view is elsewhere
-        assert not views.scrubs("other", (16, 4))
+        assert views.scrubs("src", view(3), (16, 4))
+        assert not views.scrubs("src", view(3), (1, 4))  # a step of one chunk: each view elsewhere
+        assert not views.scrubs("src", view(20), (16, 4))  # a jump off the pattern
+        assert not views.scrubs("other", view(3), (16, 4))
         _answer(views, 3, made, pause=True)  # paused: play, made by parts in its pauses
-        assert not views.scrubs("src", (16, 4))
+        assert not views.scrubs("src", view(4), (16, 4))
         _answer(views, 4, made, pause=False)
-        assert views.scrubs("src", (16, 4))
+        assert views.scrubs("src", view(5), (16, 4))
         _answer(views, 30, made, pause=False)  # a jump
-        assert not views.scrubs("src", (16, 4))
+        assert not views.scrubs("src", view(31), (16, 4))
     finally:
         views.close()
 

@@ -16,10 +16,11 @@ before its last view at least :data:`PACE` of the time the view took (and at lea
 frame as soon as it has one leaves none, and a view made on another thread would then only
 add a hand-over to the reader's wait. The prefetcher asks :meth:`ViewsAhead.paced`: a paced
 reader's views are made by parts in its pauses, so the chunks it is on need not be read whole
-for it; a reader asks :meth:`ViewsAhead.scrubs`: one that moves steadily without pausing reads
-whole chunks, since its next views take the rest of them. One view per source is held, and all of them hold at most :data:`MOST_BYTES`: a
-reader asking for anything else drops it (its buffer goes back to the pool), and a view that
-failed is read again by the reader, which then raises what the read raises.
+for it. A reader asks :meth:`ViewsAhead.scrubs`: a view that goes on with a steady step
+without a pause reads whole chunks, since the views after it take the rest of them. One view
+per source is held, and all of them hold at most :data:`MOST_BYTES`: a reader asking for
+anything else drops it (its buffer goes back to the pool), and a view that failed is read
+again by the reader, which then raises what the read raises.
 """
 
 from __future__ import annotations
@@ -191,16 +192,17 @@ class ViewsAhead:
         track = self._tracks.get(token)
         return track is not None and track.paced
 
-    def scrubs(self, token: str, chunks: tuple[int, ...]) -> bool:
-        """Whether the reader of source ``token`` (chunks ``chunks``) scrubs: moves by a
-        steady step shorter than the chunks along its axis, without pausing (a hint, read
-        without the lock). Its next views need the rest of the chunks it is on, so reading
-        parts of them first would only decode some of their blocks twice."""
+    def scrubs(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
+        """Whether view ``key`` of source ``token`` (chunks ``chunks``) goes on with its
+        reader's scrub: the reader moved by a steady step without pausing, this view moves by
+        the same step, and the step is shorter than the chunks along its axis (a hint, read
+        without the lock). The views after it need the rest of the chunks it is on, so
+        reading parts of them first would only decode some of their blocks twice."""
         track = self._tracks.get(token)
-        if track is None or not track.steady or track.paced or track.step is None:
+        if track is None or not track.steady or track.paced or track.last is None:
             return False
-        axis, distance = track.step
-        return abs(distance) < chunks[axis]
+        moved = step(track.last, key)
+        return moved is not None and moved == track.step and abs(moved[1]) < chunks[moved[0]]
 
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""

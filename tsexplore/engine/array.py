@@ -88,7 +88,12 @@ def read_selection(
         out, seconds = made
         engine.prefetcher.observe_soon(source, plan, False, key)
     else:
-        out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, engine)
+        # thin regions of blosc chunks: only their blocks, unless this view goes on with a
+        # scrub of local chunks (the views after it take the rest of each chunk: whole chunks,
+        # as the prefetcher reads them; a remote store's next views are read ahead as parts)
+        parts = engine.context.settings.partial_decode and not (
+            view is not None and not source.is_async and engine.ahead.scrubs(source.token, view, source.chunks))
+        out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine)
         seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:
@@ -111,19 +116,16 @@ def _read(
     observe: bool,
     copy: bool,
     cache: bool,
+    parts: bool,
     engine: Engine,
     guess: bool = False,
 ) -> np.ndarray:
     """Read ``plan`` through the engine (:func:`read_selection`'s read); ``observe``: show it
-    to the prefetcher. ``guess``: a view made ahead of its reader (:mod:`.ahead`), which
-    reads no whole chunk of its own (one kept could evict a chunk the reader comes back to):
-    lacking one cached or being read, it raises ``LookupError`` and the reader reads the
-    view; the parts it needs it reads (one-pass: not kept)."""
-    # thin regions of blosc chunks: only their blocks, unless the reader scrubs through local
-    # ones (its next views take the rest of each chunk: whole chunks, as the prefetcher reads
-    # them; a remote store's next views are read ahead as parts, the slabs as stored bytes)
-    scrubs = not guess and not source.is_async and engine.ahead.scrubs(source.token, source.chunks)
-    parts = engine.context.settings.partial_decode and not scrubs
+    to the prefetcher; ``parts``: thin regions of blosc chunks as their blocks. ``guess``: a
+    view made ahead of its reader (:mod:`.ahead`), which reads no whole chunk of its own (one
+    kept could evict a chunk the reader comes back to): lacking one cached or being read, it
+    raises ``LookupError`` and the reader reads the view; the parts it needs it reads
+    (one-pass: not kept)."""
     requests = plan_requests(plan, source, parts)
     if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
         raise LookupError("the view's whole chunks are not all cached or being read")
@@ -152,8 +154,8 @@ def _view_ahead(
     """The view ``key`` made ahead of its reader: a guess read at PLANNED priority, copied,
     kept, not shown to the prefetcher (the reader's taking it is)."""
     plan = plan_selection(key, source.shape, source.chunks)
-    return _read(source, plan, key, Priority.PLANNED, channel, generation, timeout,
-                 observe=False, copy=True, cache=True, engine=engine, guess=True)
+    return _read(source, plan, key, Priority.PLANNED, channel, generation, timeout, observe=False, copy=True,
+                 cache=True, parts=engine.context.settings.partial_decode, engine=engine, guess=True)
 
 
 def assemble(

@@ -11,9 +11,10 @@ back); a part read for a reader is one-pass (its buffer is recycled once the rea
 a part read ahead by the prefetcher is kept until a reader takes it; and the parts of local
 chunks a reader waits for are read in the reader's own thread. So when play becomes a steady
 pattern, the frame on screen is still read by parts while the prefetcher reads the chunks
-ahead whole, and once they are cached the frames are cut from them. A reader that scrubs local chunks
-(a steady step shorter than the chunks, no pause: :meth:`.ahead.ViewsAhead.scrubs`) asks for
-whole chunks: its next views take the rest of each, so its parts would be decoded twice.
+ahead whole, and once they are cached the frames are cut from them. A view that goes on with a
+scrub of local chunks (a steady step shorter than the chunks, no pause:
+:meth:`.ahead.ViewsAhead.scrubs`) asks for whole chunks: the views after it take the rest of
+each, so its parts would be decoded twice.
 """
 
 from __future__ import annotations

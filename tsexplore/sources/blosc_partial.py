@@ -358,9 +358,8 @@ def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
 def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, blocksize: int,  # type: ignore[no-untyped-def]
            where: object) -> None:
     """Decode bytes ``start .. start + nbytes`` of the frame to the address ``dest``, one call
-    of C-Blosc2's getitem per block: a range of items that crosses a block boundary comes back
-    shifted from it (C-Blosc2 3.3, about one such range in twenty-five, every codec and
-    typesize; found by the test suite's random frames), a range inside one block exactly."""
+    of C-Blosc2's getitem per block: C-Blosc2 (3.3) can return a range of items that crosses a
+    block boundary shifted; a range inside one block it returns exactly."""
     if start % ts or nbytes % ts or (blocksize > 0 and blocksize % ts):
         raise PartsUnsupported("a region or blosc blocks that do not start on a whole item")
     stop = start + nbytes

@@ -164,11 +164,11 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
     return arr
 
 
-def mapping(size: int, huge: bool = True) -> mmap.mmap:
+def mapping(size: int, huge: bool) -> mmap.mmap:
     """A new anonymous mapping of ``size`` bytes (not touched yet). ``huge``: one of at least
     :data:`HUGE` bytes asks for transparent huge pages -- for memory mapped once and used
-    for long (a read thread's scratch): the kernel copies into it faster, and the first
-    touch may be a compaction."""
+    for long (a read thread's scratch): the kernel copies into it faster, and its first
+    touch may make the kernel compact memory."""
     m = mmap.mmap(-1, size, flags=_FLAGS)
     if huge and size >= HUGE and _HUGEPAGE is not None:
         try:

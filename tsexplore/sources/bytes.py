@@ -413,7 +413,7 @@ def _scratch_view(nbytes: int) -> memoryview:
     a file's cached pages into faster: :func:`.buffers.mapping`)."""
     buf: mmap.mmap | None = getattr(_scratch, "buf", None)
     if buf is None or len(buf) < nbytes:
-        buf = _scratch.buf = buffers.mapping(max(nbytes, 2 * len(buf) if buf is not None else 1))
+        buf = _scratch.buf = buffers.mapping(max(nbytes, 2 * len(buf) if buf is not None else 1), huge=True)
     return memoryview(buf)
 
 
