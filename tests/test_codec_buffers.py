@@ -158,6 +158,30 @@ def test_a_read_scratch_asks_for_huge_pages_and_recycled_buffers_do_not():
     assert "hg" in _vma_flags(scratch.ctypes.data)["VmFlags"].split()
 
 
+def test_a_new_buffer_has_its_arrays_pages_made_and_not_its_size_class_tail():
+    """A buffer mapped fresh is written without a page fault (the kernel made its pages
+    when it was mapped); the rest of its size class is left untouched (not resident), as
+    the budget counts the array."""
+    import mmap
+    import resource
+
+    buffers.clear()
+    nbytes = (1 << 20) + 1  # a size class of 1.25 MiB
+    arr = buffers.empty(nbytes)
+    if buffers._populate_write is None:
+        pytest.skip("this kernel cannot make a range's pages at once (MADV_POPULATE_WRITE)")
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    arr[:] = 7
+    assert resource.getrusage(resource.RUSAGE_THREAD).ru_minflt == faults
+    whole = np.frombuffer(arr.base, dtype=np.uint8)
+    made = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+    assert whole.size == buffers.size_class(nbytes) > made
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    whole[made::mmap.PAGESIZE] = 1
+    assert resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults == (whole.size - made) // mmap.PAGESIZE
+    assert int(arr[::4096].sum()) == 7 * len(range(0, nbytes, 4096))
+
+
 def test_the_pool_keeps_at_most_its_limit(monkeypatch):
     import gc
 

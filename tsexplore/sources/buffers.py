@@ -4,9 +4,11 @@ Every new page is a fault, and under virtualisation a fault costs microseconds: 
 touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are written into
 ``mmap`` buffers that are recycled once the last array viewing them is gone:
 
-- a new buffer is a plain anonymous mapping, not pre-populated and on small pages: a
-  huge page (``MADV_HUGEPAGE``) can make the kernel compact memory at its first touch, and
-  while the cache grows (random frames) new buffers are mapped all the time;
+- a new buffer is a plain anonymous mapping on small pages: a huge page
+  (``MADV_HUGEPAGE``) can make the kernel compact memory at its first touch, and while the
+  cache grows (random frames) new buffers are mapped all the time. The pages its array
+  takes are made at once (``MADV_POPULATE_WRITE``): the kernel zeroes them in one call
+  instead of taking one fault per page as the decoder first writes them;
 - a ``weakref.finalize`` on the root array returns it to a free list when the array and
   every view of it are garbage: nothing is handed out twice;
 - the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
@@ -19,8 +21,10 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
 
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -37,6 +41,9 @@ DEFAULT_LIMIT = 64 << 20
 #: a free buffer not reused within this many of the pool's allocations is unmapped
 POOL_AGE = 256
 _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+#: ``madvise`` advice that makes a range's pages at once, writable (Linux 5.14 and later;
+#: Python 3.11's ``mmap`` lacks the name); None once the system refused it
+_populate_write: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
 
 _lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
 #: free buffers, oldest returned first: id -> (size, mapping, the allocation clock then)
@@ -159,6 +166,7 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
     del aged  # unmapped outside the lock
     if m is None:
         m = mapping(size, huge=False)
+        _populate(m, nbytes)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
@@ -176,6 +184,21 @@ def mapping(size: int, huge: bool) -> mmap.mmap:
         except OSError:  # no transparent huge pages here: small pages
             pass
     return m
+
+
+def _populate(m: mmap.mmap, nbytes: int) -> None:
+    """Make the pages of the first ``nbytes`` of a new mapping now (the array's; a size
+    class's tail stays untouched, as the budget counts the array). Where the system cannot,
+    they are made at their first touch."""
+    global _populate_write
+    advice = _populate_write
+    if advice is None:
+        return
+    try:
+        m.madvise(advice, 0, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+    except OSError as exc:  # EINVAL: an older kernel, or not Linux: never asked again
+        if exc.errno == errno.EINVAL:
+            _populate_write = None
 
 
 def stats() -> dict[str, int]:
