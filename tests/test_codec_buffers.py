@@ -64,6 +64,29 @@ def test_a_buffer_is_reused_only_when_no_view_of_it_is_left():
     assert third.nbytes == n and third.flags.writeable
 
 
+def test_a_skewed_array_starts_past_a_page_boundary_and_is_recycled():
+    """A frame's buffer is skewed against the page-aligned chunks it is copied from."""
+    import gc
+    import mmap
+
+    buffers.clear()
+    n = 1 << 20
+    chunk = buffers.empty(n)
+    frame = buffers.empty(n, skew=True)
+    assert chunk.ctypes.data % mmap.PAGESIZE == 0
+    assert frame.ctypes.data % mmap.PAGESIZE == buffers.SKEW
+    assert frame.nbytes == n and frame.flags.writeable and frame.ctypes.data % 16 == 0
+    frame[:] = 7
+    chunk[:] = 1
+    assert np.all(frame == 7)  # the two do not overlap
+    address = frame.ctypes.data
+    del frame
+    gc.collect()
+    before = buffers.stats()["reused"]
+    again = buffers.empty(n, skew=True)  # the first frame's buffer, back from the pool
+    assert buffers.stats()["reused"] == before + 1 and again.ctypes.data == address
+
+
 def test_a_decoded_chunk_leaves_the_last_free_buffers_to_readers():
     """``spare``: a chunk decoded for the cache does not take the last free buffers of its
     size (the frames readers assemble reuse them instead of first-touching fresh pages)."""

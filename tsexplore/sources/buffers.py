@@ -16,7 +16,11 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
 - it counts inside the one cache budget: the engine says what the budget leaves
   (:func:`limit_by`) and the cache trims it (:func:`trim`) before evicting a chunk;
 - sizes are rounded to size classes (:func:`size_class`: four per power of two), so frames
-  whose size changes with every pan and zoom share a few buffers.
+  whose size changes with every pan and zoom share a few buffers;
+- an array that readers copy pool arrays into (a frame) starts :data:`SKEW` bytes past its
+  mapping's start (``empty(..., skew=True)``): a copy whose loads and stores sit at the same
+  offset within their pages -- two page-aligned buffers -- makes the CPU take each load as
+  waiting on the store before it (4K aliasing), and copies run slower.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from collections.abc import Callable
 import numpy as np
 
 MIN_POOLED = 1 << 18
+#: bytes a skewed array starts past its mapping's first page (see the module docstring): a
+#: multiple of 16 (every dtype's alignment), not of the 64-byte cache line
+SKEW = 16
 #: buffers this large ask for transparent huge pages (a huge page on x86-64: 2 MiB)
 HUGE = 1 << 21
 _HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
@@ -134,8 +141,11 @@ def size_class(nbytes: int) -> int:
     return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
-def empty(nbytes: int, spare: int = 0) -> np.ndarray:
+def empty(nbytes: int, spare: int = 0, skew: bool = False) -> np.ndarray:
     """An uninitialised ``uint8`` array of ``nbytes``, recycled when it is no longer used.
+
+    ``skew``: the array starts :data:`SKEW` bytes into its buffer (one that pool arrays are
+    copied into: a frame assembled from chunks).
 
     ``spare``: leave this many free buffers of the size for other callers (a fresh mapping
     instead). A chunk decoded for the cache leaves a few to the frames readers assemble:
@@ -145,6 +155,8 @@ def empty(nbytes: int, spare: int = 0) -> np.ndarray:
     global _free_bytes, _now
     if nbytes < MIN_POOLED:
         return np.empty(nbytes, dtype=np.uint8)
+    if skew:  # the root array keeps the buffer; the view past its first bytes keeps the root
+        return empty(nbytes + SKEW, spare)[SKEW:]
     size = size_class(nbytes)
     m = None
     aged = []
