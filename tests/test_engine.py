@@ -615,6 +615,31 @@ def test_merge_remote_adds_worker_counters() -> None:
     assert snap.reads == 11 and snap.workers == 1
 
 
+def test_a_local_chunk_is_read_on_the_read_threads_while_the_io_loop_is_busy(small_cube: Path) -> None:
+    """A blocking source's reads are dispatched to the read threads and settled there: a
+    busy I/O loop does not hold up a reader of local chunks."""
+    import threading
+
+    ds = tse.open_dataset(small_cube)
+    engine = get_engine()
+    release, busy = threading.Event(), threading.Event()
+
+    def hold_the_loop() -> None:
+        busy.set()
+        release.wait(60)  # a bound if the test fails, not a speed
+
+    engine.call_soon(hold_the_loop)
+    try:
+        assert busy.wait(30)
+        reads = engine.snapshot().reads
+        got = ds["temp"].isel(time=slice(8, 16)).values  # chunk row 1, whole: not read yet
+        assert engine.snapshot().reads > reads
+        assert release.is_set() is False  # answered while the loop was still held
+    finally:
+        release.set()
+    np.testing.assert_array_equal(got, zarr.open_group(str(small_cube))["temp"][8:16])
+
+
 # -- shutdown -----------------------------------------------------------------------------------
 
 

@@ -4,11 +4,14 @@ Every read is a :class:`~.types.ChunkRequest` admitted to the read table (:mod:`
 a :class:`Priority`: de-duplicated (a second request for a read in flight *joins* it),
 cancellable while queued by a newer generation of its channel (a view, a loader), counted,
 and -- when it ends -- kept in the cache unless every request for it was one-pass. Reads run
-through one pipeline (:mod:`.execute`), driven either by a task on the I/O loop (reads the
-table dispatches: the read threads' lane for blocking sources, a store's lane for remote
-ones, each with its own concurrency, :mod:`~tsexplore.sources.link`) or by the reader's own
-thread (parts of local chunks it waits for: it claims them from the table and decodes them
-with the read threads free meanwhile; nested reads on a read thread).
+through one pipeline (:mod:`.execute`). The table dispatches them from whichever thread
+admitted or ended a read, each lane with its own concurrency
+(:mod:`~tsexplore.sources.link`): a blocking source's batch goes straight to a read thread,
+which drives it, settles it and goes on with the next one that may start (no hop through
+the I/O loop per chunk); a remote store's batch is a task on the I/O loop. Parts of local
+chunks a reader waits for are driven by the reader's own thread (it claims them from the
+table and decodes them with the read threads free meanwhile); nested reads run on a read
+thread.
 
 :meth:`Engine.fetch` and :meth:`Engine.stream` wait for reads from an ordinary thread
 (:func:`~.blocking.wait_all`, always with a timeout); the process-wide engine
@@ -201,7 +204,7 @@ class Engine:
         out = self._answer(keys, found, reads, priority, keep, tally)
         self.stats.add(tally.items())
         if tally.new or tally.joined:
-            self._io.call_soon(self._dispatch)
+            self._dispatch()
         return out
 
     def _look_up(self, keys: list[ChunkRequest]) -> list[Any]:
@@ -307,9 +310,9 @@ class Engine:
         """``n`` queued reads were cancelled: reads held behind VISIBLE ones may start now."""
         self.stats.count("cancelled", n)
         self.activity.notify()
-        self._io.call_soon(self._dispatch)
+        self._dispatch()
 
-    # -- dispatch (runs on the loop) ---------------------------------------------------------
+    # -- dispatch (from any thread) ----------------------------------------------------------
     def concurrency(self, lane: Hashable) -> int:
         """Reads of ``lane`` (``"sync"``, or a store's link model) allowed in flight at once."""
         if lane == "sync":
@@ -340,28 +343,63 @@ class Engine:
         return per * -(-nchunks // max(1, self.concurrency(self.context.lane(source))))
 
     def _dispatch(self) -> None:
-        settings = self.context.settings
-        create_task = self._io.loop.create_task
-        for batch in self._table.take_runnable(self.concurrency, self.speculative_cap, settings.visible_first):
+        """Start every read that may start now (from any thread): a blocking source's batch on
+        a read thread (:meth:`_run_blocking`), any other as a task on the I/O loop."""
+        for batch in self._runnable():
+            self._start(batch)
+
+    def _runnable(self) -> list[list[Read]]:
+        """The batches that may start now, taken from the table (marked running)."""
+        batches = self._table.take_runnable(self.concurrency, self.speculative_cap,
+                                            self.context.settings.visible_first)
+        for batch in batches:
             if len(batch) > 1:
                 self.stats.count("batched", len(batch))
-            create_task(self._run(batch))
+        return batches
 
-    async def _run(self, reads: list[Read]) -> None:
-        """Run a batch of reads (one, or the inner chunks of one shard) through the pipeline,
-        settle each, and dispatch the table once after."""
+    def _start(self, batch: list[Read]) -> None:
+        if _blocking(batch):
+            self._io.submit(self._run_blocking, batch)
+        elif self._io.on_loop_thread():
+            self._io.loop.create_task(self._run(batch))
+        else:
+            self._io.call_soon(self._start, batch)
+
+    def _run_blocking(self, batch: list[Read] | None) -> None:
+        """On a read thread: drive a blocking source's batch, settle it, and go on with the
+        next batch that may start here (the others start where they run), till none may."""
+        while batch is not None and not self._closed:
+            self._drive(batch)
+            batch = None
+            for more in self._runnable():
+                if batch is None and _blocking(more):
+                    batch = more
+                else:
+                    self._start(more)
+
+    def _drive(self, reads: list[Read]) -> None:
+        """A blocking source's batch fetched and decoded in this read thread; each read settled.
+        A batch nobody waits for shares its decoding with no more threads than cores (the
+        other read threads run batches of their own); one a reader waits for, with every read
+        thread free."""
         source = reads[0].source
+        visible = any(r.priority is Priority.VISIBLE for r in reads)
         try:
             gen = execute(source, [r.key for r in reads], self.services)
-            if not (source.is_async or source.awaits):  # fetched and decoded in one trip to a read thread
-                # a batch nobody waits for shares its decoding with no more threads than
-                # cores (the other read threads run batches of their own); one a reader waits
-                # for, with every read thread free
-                visible = any(r.priority is Priority.VISIBLE for r in reads)
-                threads = None if visible else self._io.cpus
-                jobs = await self._io.to_thread(run_here, gen, self._io, self.context, threads)
-            else:
-                jobs = await run_on_loop(gen, self._io, self.context)
+            jobs = run_here(gen, self._io, self.context, None if visible else self._io.cpus)
+        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): the waiters get it
+            for read in reads:
+                self._table.settle(read, exc=exc)
+            return
+        for read, job in zip(reads, jobs):
+            self._settle(read, job)
+
+    async def _run(self, reads: list[Read]) -> None:
+        """Run a batch of reads of a source that awaits (a remote store's) through the
+        pipeline on the loop, settle each, and dispatch the table once after."""
+        source = reads[0].source
+        try:
+            jobs = await run_on_loop(execute(source, [r.key for r in reads], self.services), self._io, self.context)
         except asyncio.CancelledError:
             for read in reads:
                 self._table.settle(read, exc=EngineClosedError("engine closed during the read"))
@@ -568,6 +606,12 @@ class Engine:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"<Engine {state} {self.cache!r}>"
+
+
+def _blocking(batch: list[Read]) -> bool:
+    """Whether a batch's source reads by blocking calls (a read thread drives it whole)."""
+    source = batch[0].source
+    return not (source.is_async or source.awaits)
 
 
 def _done(value: Any = None, exc: BaseException | None = None) -> cf.Future:
