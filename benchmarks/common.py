@@ -82,7 +82,7 @@ def engine_counters() -> dict[str, Any]:
         "speculative_reads", "prefetch_used", "bytes_read", "bytes_decoded", "bytes_useful",
         "cache_budget", "cache_high_water", "cache_encoded_bytes", "evictions", "cancelled",
         "retries", "store_requests", "range_requests", "index_reads", "batched", "views_ahead",
-        "views_ahead_used", "concurrency")}
+        "views_ahead_used", "taken_over", "concurrency")}
     guesses = getattr(s, "speculative_reads", None)
     return {
         "decoded_ratio": getattr(s, "decoded_ratio", None) if stats["bytes_useful"] else None,

@@ -187,12 +187,12 @@ def test_a_fast_scrub_of_one_frame_chunks_keeps_only_the_chunks_around_the_view(
     arr[...] = values
     ds = tse.open_dataset(tmp_path / "f.zarr")
     da = ds[list(ds.data_vars)[0]]
-    for t in range(128):
+    for t in range(100):  # the chunks after the last view are read ahead
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
     time.sleep(0.3)  # the engine's thread has planned from every read
     rows = sorted(k.index[0] for k in tse.get_engine().cache.keys() if isinstance(k, ChunkRequest))
     # around the last view, and at most the first views, read before play was a pattern
-    assert rows and len([r for r in rows if r < 128 - 8]) <= 3, rows
+    assert rows and len([r for r in rows if r < 100 - 8]) <= 3, rows
 
 
 def test_a_second_loop_of_remote_play_decodes_from_the_encoded_tier(cube) -> None:  # type: ignore[no-untyped-def]

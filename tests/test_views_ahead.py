@@ -25,6 +25,7 @@ from tsexplore.errors import ChunkReadError
 from tsexplore.sources import ArraySource
 from tsexplore.sources._cblosc2 import item_decoder
 from tsexplore.testing.wrappers import CountingSource, FaultySource
+from tsexplore.xarray import sources_of
 
 SHAPE = (40, 6, 10)
 
@@ -278,3 +279,50 @@ def test_a_scrub_reads_whole_chunks_once_it_is_steady(tmp_path: Path) -> None:
     # that happened to wait a moment (the machine busy) reads by parts too
     assert 12 <= snap.part_reads <= 24, snap
     assert snap.reads - snap.part_reads == 12, snap  # chunk-rows 0-2, each chunk once
+
+
+# -- views taken over from the cache ----------------------------------------------------------
+
+
+def _one_frame_chunks(path: Path) -> np.ndarray:
+    """A Zarr group whose array ``frames`` (zarr's default codec) has chunks one frame deep."""
+    values = np.random.default_rng(3).standard_normal((12, 32, 24)).astype("float32")
+    group = zarr.open_group(str(path), mode="w")
+    arr = group.create_array("frames", shape=values.shape, chunks=(1, 32, 24), dtype="float32",
+                             dimension_names=("time", "y", "x"))
+    arr[...] = values
+    return values
+
+
+def test_a_scrub_of_one_frame_chunks_takes_its_frames_over_and_owns_them(tmp_path: Path) -> None:
+    """Frames that are each one whole chunk, read by a steady step that passes them, are
+    the cached chunks handed over (no copy): each equals zarr's frame, is the reader's to
+    write, and a later read of it reads it again, unchanged."""
+    values = _one_frame_chunks(tmp_path / "f.zarr")
+    da = tse.open_dataset(tmp_path / "f.zarr")["frames"]
+    frames = [da.isel(time=t).values for t in range(12)]
+    assert tse.stats().taken_over > 0
+    for t, frame in enumerate(frames):
+        np.testing.assert_array_equal(frame, values[t])
+        frame[...] = -1.0  # the reader's own array
+    for t in range(12):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+
+
+def test_a_frame_another_reader_holds_is_copied_not_taken_over(tmp_path: Path) -> None:
+    """A chunk a dask task holds a read-only view of is not handed to the scrubbing reader:
+    the reader gets a copy, and writing it leaves the task's view as it was."""
+    values = _one_frame_chunks(tmp_path / "f.zarr")
+    da = tse.open_dataset(tmp_path / "f.zarr")["frames"]
+    (source,) = sources_of(da)
+    for t in range(6):  # a steady scrub: the frames after it are read ahead
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+    held = read_selection(source, (6, slice(None), slice(None)), copy=False, observe=False)
+    assert not held.flags.writeable
+    taken = tse.stats().taken_over
+    frame = da.isel(time=6).values
+    assert tse.stats().taken_over == taken  # frame 6 was copied
+    assert not np.shares_memory(frame, held)
+    frame[...] = -1.0
+    np.testing.assert_array_equal(held, values[6])
+    np.testing.assert_array_equal(da.isel(time=7).values, values[7])

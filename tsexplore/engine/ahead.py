@@ -204,6 +204,17 @@ class ViewsAhead:
         moved = step(track.last, key)
         return moved is not None and moved == track.step and abs(moved[1]) < chunks[moved[0]]
 
+    def passes(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
+        """Whether view ``key`` of source ``token`` goes on with its reader's steady step and
+        that step is at least the chunks' extent along its axis: the next view is in other
+        chunks, so this one's are passed once it is answered (a hint, read without the
+        lock)."""
+        track = self._tracks.get(token)
+        if track is None or not track.steady or track.last is None:
+            return False
+        moved = step(track.last, key)
+        return moved is not None and moved == track.step and abs(moved[1]) >= chunks[moved[0]]
+
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""
         with self._lock:

@@ -8,6 +8,7 @@ import contextvars
 import functools
 import itertools
 import math
+import sys
 import time
 import weakref
 from collections.abc import Iterator
@@ -93,7 +94,11 @@ def read_selection(
         # as the prefetcher reads them; a remote store's next views are read ahead as parts)
         parts = engine.context.settings.partial_decode and not (
             view is not None and not source.is_async and engine.ahead.scrubs(source.token, view, source.chunks))
-        out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine)
+        # a view that is one whole chunk the reader's steady step passes: taken over from
+        # the cache instead of copied, when nothing else holds it
+        take = view is not None and plan.nchunks == 1 and engine.ahead.passes(source.token, view, source.chunks)
+        out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine,
+                    take=take)
         seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:
@@ -119,13 +124,15 @@ def _read(
     parts: bool,
     engine: Engine,
     guess: bool = False,
+    take: bool = False,
 ) -> np.ndarray:
     """Read ``plan`` through the engine (:func:`read_selection`'s read); ``observe``: show it
     to the prefetcher; ``parts``: thin regions of blosc chunks as their blocks. ``guess``: a
     view made ahead of its reader (:mod:`.ahead`), which reads no whole chunk of its own (one
     kept could evict a chunk the reader comes back to): lacking one cached or being read, it
     raises ``LookupError`` and the reader reads the view; the parts it needs it reads
-    (one-pass: not kept)."""
+    (one-pass: not kept). ``take``: a view of one whole chunk is the chunk itself, taken over
+    from the cache (:func:`_taken`), where it can be."""
     requests = plan_requests(plan, source, parts)
     if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
         raise LookupError("the view's whole chunks are not all cached or being read")
@@ -133,6 +140,12 @@ def _read(
     if observe and any(isinstance(item, cf.Future) for item in items):
         engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
         observe = False
+    if take and copy and len(items) == 1 and isinstance(items[0], np.ndarray):
+        out = _taken(engine, requests[0], items, plan)
+        if out is not None:
+            if observe:
+                engine.prefetcher.observe_soon(source, plan, not cache, key)
+            return out
     if not copy and len(items) == 1:
         item = items[0]
         chunk = wait_all([item], timeout)[0] if isinstance(item, cf.Future) else item
@@ -145,6 +158,41 @@ def _read(
     if observe:  # every chunk was cached: answer now, plan ahead on the engine's thread
         engine.prefetcher.observe_soon(source, plan, not cache, key)
     return out
+
+
+def _taken(engine: Engine, request: ChunkRequest, items: list, plan: SelectionPlan) -> np.ndarray | None:
+    """The view ``plan`` -- the whole cached chunk ``items[0]`` of ``request`` -- as the chunk
+    itself, which the cache gives up to the reader (whose steady step passes it: the
+    prefetcher would let it go next): no copy. Only when nothing else holds the chunk
+    (another reader copying a piece of it, a dask task's read-only view, a read's future),
+    as its references say once the cache and ``items`` let it go; else None, and
+    ``items[0]`` is the chunk again for the caller to copy (out of the cache: the reader
+    passes it). The reader may write to what it gets, as to any copy."""
+    chunk = items[0]
+    if request.part is not WHOLE or chunk.shape != plan.block_shape or not plan.basic or plan.reordered:
+        return None
+    for sel, n in zip(plan.placements[0][1], chunk.shape):
+        if not isinstance(sel, slice) or (sel.start, sel.stop, sel.step or 1) != (0, n, 1):
+            return None
+    if not engine.cache.give_up(request, chunk):
+        return None
+    items[0] = None
+    # NumPy points every view of ``chunk`` at the array that holds its memory (its base, for
+    # a chunk viewing a recycled buffer): references left are ``chunk`` here and
+    # getrefcount's argument, and for that array ``chunk``'s base and ``owner`` here too;
+    # any more is another holder (a view of it)
+    owner = chunk.base if isinstance(chunk.base, np.ndarray) else chunk
+    if (isinstance(owner.base, np.ndarray) or sys.getrefcount(chunk) > 2
+            or (owner is not chunk and sys.getrefcount(owner) > 3)):
+        items[0] = chunk
+        return None
+    try:
+        chunk.flags.writeable = True
+    except ValueError:  # its memory is read-only (a decoder's bytes object): a copy is the reader's
+        items[0] = chunk
+        return None
+    engine.stats.count("taken_over")
+    return finish(chunk, plan)
 
 
 def _view_ahead(

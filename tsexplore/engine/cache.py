@@ -168,6 +168,16 @@ class ChunkCache:
             self.evictions += 1
         return self.bytes_now <= target
 
+    def give_up(self, key: Hashable, value: Any) -> bool:
+        """Stop holding ``value`` under ``key`` (a reader takes it over: see
+        :func:`~.array.read_selection`); False, holding on, when ``key`` holds something
+        else or is pinned (on screen)."""
+        with self._lock:
+            if self._data.get(key) is not value or key in self._pins:
+                return False
+            self._pop_locked(key)
+            return True
+
     def discard(self, keys: Iterable[Hashable]) -> None:
         with self._lock:
             for key in keys:

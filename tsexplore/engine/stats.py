@@ -19,6 +19,8 @@ Definitions (they matter for the UI and the tests):
 - ``batched``: reads that ran together with others of the same shard (one batch).
 - ``views_ahead``: a reader's next views made ahead while it paused (:mod:`.ahead`);
   ``views_ahead_used``: those the reader then took.
+- ``taken_over``: views of one whole chunk that a reader's steady step passes, handed over
+  from the cache instead of copied (:func:`~.array.read_selection`).
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
   (decoded there, without reading the store).
@@ -84,6 +86,7 @@ class StatsSnapshot:
     batched: int = 0
     views_ahead: int = 0
     views_ahead_used: int = 0
+    taken_over: int = 0
     bytes_read: int = 0
     bytes_decoded: int = 0
     bytes_useful: int = 0
@@ -150,7 +153,8 @@ class StatsSnapshot:
             f"prefetch={self.prefetch_reads} (guesses {self.speculative_reads}, used "
             f"{self.prefetch_used}) part_reads={self.part_reads} encoded_hits={self.encoded_hits} "
             f"evictions={self.evictions} cancelled={self.cancelled} errors={self.errors} "
-            f"retries={self.retries} views_ahead={self.views_ahead} (used {self.views_ahead_used})\n"
+            f"retries={self.retries} views_ahead={self.views_ahead} (used {self.views_ahead_used}) "
+            f"taken_over={self.taken_over}\n"
             f"  store requests={self.store_requests} (ranges {self.range_requests}, "
             f"shard indexes {self.index_reads}, batched reads {self.batched}, whole-object "
             f"fallbacks {self.whole_object_fallbacks})\n"
