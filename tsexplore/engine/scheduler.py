@@ -200,7 +200,7 @@ class Engine:
                 if found[i] is None and value is not None and not isinstance(value, Read):
                     found[i] = value
             if parts and waiting and not source.is_async:  # local parts: read now, here
-                self._read_here(source, [reads[k] for k in parts if isinstance(reads.get(k), Read)])
+                self._read_here([reads[k] for k in parts if isinstance(reads.get(k), Read)])
         out = self._answer(keys, found, reads, priority, keep, tally)
         self.stats.add(tally.items())
         if tally.new or tally.joined:
@@ -228,22 +228,14 @@ class Engine:
         return all(value is not None or reading(key) or reading(key.whole)
                    for key, value in zip(keys, self._look_up(list(keys))))
 
-    def _read_here(self, source: ChunkSource, reads: list[Read]) -> None:
+    def _read_here(self, reads: list[Read]) -> None:
         """Run the reads this reader queued (parts of local chunks) in its own thread, with
         the read threads free meanwhile: a part is a few blosc blocks, and queueing it for a
         read thread costs about as much as decoding it. Reads another request queued first
         may run elsewhere already: the reader waits for those."""
         mine = self._table.claim(reads)
-        if not mine:
-            return
-        try:
-            jobs = run_here(execute(source, [r.key for r in mine], self.services), self._io, self.context)
-        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): every waiter gets it
-            for read in mine:
-                self._table.settle(read, exc=exc)
-            raise
-        for read, job in zip(mine, jobs):
-            self._settle(read, job)
+        if mine:
+            self._drive(mine, None, again=True)
 
     def _answer(
         self,
@@ -369,7 +361,11 @@ class Engine:
         """On a read thread: drive a blocking source's batch, settle it, and go on with the
         next batch that may start here (the others start where they run), till none may."""
         while batch is not None and not self._closed:
-            self._drive(batch)
+            # a batch nobody waits for shares its decoding with no more threads than cores
+            # (the other read threads run batches of their own); one a reader waits for,
+            # with every read thread free
+            visible = any(r.priority is Priority.VISIBLE for r in batch)
+            self._drive(batch, None if visible else self._io.cpus)
             batch = None
             for more in self._runnable():
                 if batch is None and _blocking(more):
@@ -377,19 +373,19 @@ class Engine:
                 else:
                     self._start(more)
 
-    def _drive(self, reads: list[Read]) -> None:
-        """A blocking source's batch fetched and decoded in this read thread; each read settled.
-        A batch nobody waits for shares its decoding with no more threads than cores (the
-        other read threads run batches of their own); one a reader waits for, with every read
-        thread free."""
-        source = reads[0].source
-        visible = any(r.priority is Priority.VISIBLE for r in reads)
+    def _drive(self, reads: list[Read], threads: int | None, again: bool = False) -> None:
+        """A blocking source's reads fetched and decoded in this thread, the read threads free
+        meanwhile sharing the decoding (``threads`` in all at most, default all); each read
+        settled. A failure of the whole batch (a wait timed out) goes to every waiter, and
+        with ``again`` is raised here too."""
         try:
-            gen = execute(source, [r.key for r in reads], self.services)
-            jobs = run_here(gen, self._io, self.context, None if visible else self._io.cpus)
-        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): the waiters get it
+            jobs = run_here(execute(reads[0].source, [r.key for r in reads], self.services), self._io,
+                            self.context, threads)
+        except BaseException as exc:  # noqa: BLE001 - (a wait timed out): every waiter gets it
             for read in reads:
                 self._table.settle(read, exc=exc)
+            if again:
+                raise
             return
         for read, job in zip(reads, jobs):
             self._settle(read, job)
