@@ -7,8 +7,9 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
 - a new buffer is a plain anonymous mapping on small pages: a huge page
   (``MADV_HUGEPAGE``) can make the kernel compact memory at its first touch, and while the
   cache grows (random frames) new buffers are mapped all the time. The pages its array
-  takes are made at once (``MADV_POPULATE_WRITE``): the kernel zeroes them in one call
-  instead of taking one fault per page as the decoder first writes them;
+  takes are made at once (``MADV_POPULATE_WRITE``, called without the GIL): the kernel
+  zeroes them in one call instead of taking one fault per page as the decoder first writes
+  them;
 - a ``weakref.finalize`` on the root array returns it to a free list when the array and
   every view of it are garbage: nothing is handed out twice;
 - the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
@@ -25,6 +26,7 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import mmap
@@ -51,6 +53,21 @@ _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 #: ``madvise`` advice that makes a range's pages at once, writable (Linux 5.14 and later;
 #: Python 3.11's ``mmap`` lacks the name); None once the system refused it
 _populate_write: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """``madvise(address, length, advice)`` of the C library (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_madvise = _libc_madvise()
 
 _lock = threading.RLock()  # re-entrant: a finalizer may run inside the lock (GC)
 #: free buffers, oldest returned first: id -> (size, mapping, the allocation clock then)
@@ -176,10 +193,12 @@ def empty(nbytes: int, spare: int = 0, skew: bool = False) -> np.ndarray:
         else:
             _counters["mapped"] += 1
     del aged  # unmapped outside the lock
+    fresh = m is None
     if m is None:
         m = mapping(size, huge=False)
-        _populate(m, nbytes)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
+    if fresh:
+        _populate(arr)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
 
@@ -198,18 +217,18 @@ def mapping(size: int, huge: bool) -> mmap.mmap:
     return m
 
 
-def _populate(m: mmap.mmap, nbytes: int) -> None:
-    """Make the pages of the first ``nbytes`` of a new mapping now (the array's; a size
-    class's tail stays untouched, as the budget counts the array). Where the system cannot,
-    they are made at their first touch."""
+def _populate(arr: np.ndarray) -> None:
+    """Make the pages of ``arr`` (the start of a new mapping) now; a size class's tail stays
+    untouched, as the budget counts the array. ``madvise`` is called through ``ctypes``,
+    which lets go of the GIL: making 4 MiB of pages takes about a millisecond, which
+    ``mmap.madvise`` would hold every other thread of the process for. Where the system
+    cannot, the pages are made at their first touch."""
     global _populate_write
     advice = _populate_write
-    if advice is None:
+    if advice is None or _madvise is None:
         return
-    try:
-        m.madvise(advice, 0, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-    except OSError as exc:  # EINVAL: an older kernel, or not Linux: never asked again
-        if exc.errno == errno.EINVAL:
+    if _madvise(arr.ctypes.data, -(-arr.nbytes // mmap.PAGESIZE) * mmap.PAGESIZE, advice) != 0:
+        if ctypes.get_errno() == errno.EINVAL:  # an older kernel: never asked again
             _populate_write = None
 
 
