@@ -198,22 +198,25 @@ class ViewsAhead:
         the same step, and the step is shorter than the chunks along its axis (a hint, read
         without the lock). The views after it need the rest of the chunks it is on, so
         reading parts of them first would only decode some of their blocks twice."""
-        track = self._tracks.get(token)
-        if track is None or not track.steady or track.paced or track.last is None:
-            return False
-        moved = step(track.last, key)
-        return moved is not None and moved == track.step and abs(moved[1]) < chunks[moved[0]]
+        found = self._goes_on(token, key)
+        return found is not None and not found[0].paced and abs(found[1][1]) < chunks[found[1][0]]
 
     def passes(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` goes on with its reader's steady step and
         that step is at least the chunks' extent along its axis: the next view is in other
         chunks, so this one's are passed once it is answered (a hint, read without the
         lock)."""
+        found = self._goes_on(token, key)
+        return found is not None and abs(found[1][1]) >= chunks[found[1][0]]
+
+    def _goes_on(self, token: str, key: Canon) -> tuple[_Track, tuple[int, int]] | None:
+        """The reader's track and its steady step ``(axis, distance)``, when view ``key``
+        moves by that step again."""
         track = self._tracks.get(token)
         if track is None or not track.steady or track.last is None:
-            return False
+            return None
         moved = step(track.last, key)
-        return moved is not None and moved == track.step and abs(moved[1]) >= chunks[moved[0]]
+        return (track, moved) if moved is not None and moved == track.step else None
 
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""

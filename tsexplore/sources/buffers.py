@@ -54,6 +54,7 @@ _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 #: Python 3.11's ``mmap`` lacks the name); None once the system refused it
 _populate_write: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
 
+
 def _libc_madvise() -> Callable[[int, int, int], int] | None:
     """``madvise(address, length, advice)`` of the C library (Linux), or None."""
     if not sys.platform.startswith("linux"):
