@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from tsexplore.engine.types import WHOLE
 from tsexplore.errors import ChunkReadError
 from tsexplore.sources import ArraySource
 from tsexplore.sources._cblosc2 import item_decoder
+from tsexplore.sources.base import SourceOptions
 from tsexplore.testing.wrappers import CountingSource, FaultySource
 from tsexplore.xarray import sources_of
 
@@ -326,3 +328,64 @@ def test_a_frame_another_reader_holds_is_copied_not_taken_over(tmp_path: Path) -
     frame[...] = -1.0
     np.testing.assert_array_equal(held, values[6])
     np.testing.assert_array_equal(da.isel(time=7).values, values[7])
+
+
+def test_a_scrub_takes_over_the_frames_it_waited_for_and_owns_them(tmp_path: Path) -> None:
+    """With nothing read ahead, each frame of a scrub of one-frame chunks is the chunk its own
+    read delivered (no cache hit): handed over, not copied, once the step is steady; each
+    equals zarr's frame and is the reader's to write."""
+    values = _one_frame_chunks(tmp_path / "f.zarr")
+    da = tse.open_dataset(tmp_path / "f.zarr", prefetch="off")["frames"]
+    frames = [da.isel(time=t).values for t in range(12)]
+    snap = tse.stats()
+    assert snap.hits == 0, snap  # every frame waited for its read
+    assert snap.taken_over > 0, snap
+    for t, frame in enumerate(frames):
+        np.testing.assert_array_equal(frame, values[t])
+        frame[...] = -1.0
+    for t in range(12):
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+
+
+class _Gated(ArraySource):
+    """An in-memory source whose reads (on the engine's read threads) wait until ``gate``
+    is set."""
+
+    gate = threading.Event()
+
+    def read_chunk_sync(self, index: Any) -> Any:
+        self.gate.wait(30)
+        return super().read_chunk_sync(index)
+
+
+def test_a_frame_whose_read_another_caller_waits_on_is_copied_not_taken_over() -> None:
+    """A scrubbing reader and another caller wait on the same read of a one-frame chunk: the
+    reader gets a copy (the other caller's future holds the chunk), and writing it leaves
+    what the other caller got as it was."""
+    values = np.random.default_rng(5).standard_normal(SHAPE).astype("float32")
+    src = _Gated(values, chunks=(1, 6, 10)).with_options(SourceOptions(prefetch="off"))
+    gate = src.gate = threading.Event()
+    gate.set()
+    engine = get_engine()
+    for t in range(6):  # a steady scrub, nothing read ahead of it
+        np.testing.assert_array_equal(read_selection(src, (t, slice(None), slice(None)), timeout=30), values[t])
+    gate.clear()
+    other = engine.request(src, [(6, 0, 0)])[0]  # waits on the read of frame 6
+    joined, taken = tse.stats().joined, tse.stats().taken_over
+    got: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: got.append(read_selection(src, (6, slice(None), slice(None)), timeout=30)))
+    reader.start()
+    deadline = time.monotonic() + 30
+    while tse.stats().joined == joined and time.monotonic() < deadline:  # the reader joined the read
+        time.sleep(0.005)
+    gate.set()
+    reader.join(30)
+    held = other.result(30)
+    assert tse.stats().taken_over == taken  # frame 6 was copied
+    (frame,) = got
+    assert not np.shares_memory(frame, held)
+    frame[...] = -1.0
+    np.testing.assert_array_equal(held[0], values[6])
+    # the next frame, whose read only the reader waits on, is handed over
+    np.testing.assert_array_equal(read_selection(src, (7, slice(None), slice(None)), timeout=30), values[7])
+    assert tse.stats().taken_over == taken + 1

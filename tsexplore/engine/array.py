@@ -12,7 +12,7 @@ import sys
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from xarray.backends.common import BackendArray
@@ -140,7 +140,9 @@ def _read(
     if observe and any(isinstance(item, cf.Future) for item in items):
         engine.prefetcher.observe(source, plan, not cache, key)  # plan ahead while this read waits
         observe = False
-    if take and copy and len(items) == 1 and isinstance(items[0], np.ndarray):
+    if take and copy and len(items) == 1 and requests[0].part is WHOLE:
+        if isinstance(items[0], cf.Future):  # the chunk, and the future let go of here
+            items[0] = wait_all(cast(list[cf.Future], items), timeout)[0]
         out = _taken(engine, requests[0], items, plan)
         if out is not None:
             if observe:
@@ -167,9 +169,12 @@ def _taken(engine: Engine, request: ChunkRequest, items: list, plan: SelectionPl
     (another reader copying a piece of it, a dask task's read-only view, a read's future),
     as its references say once the cache and ``items`` let it go; else None, and
     ``items[0]`` is the chunk again for the caller to copy (out of the cache: the reader
-    passes it). The reader may write to what it gets, as to any copy."""
+    passes it). A chunk a read delivered is taken over the same way: its read let go of
+    the future, and once the reader lets go too nothing holds it unless someone else waits
+    on that read. The reader may write to what it gets, as to any copy."""
     chunk = items[0]
-    if request.part is not WHOLE or chunk.shape != plan.block_shape or not plan.basic or plan.reordered:
+    if (not isinstance(chunk, np.ndarray) or chunk.shape != plan.block_shape or not plan.basic
+            or plan.reordered):
         return None
     for sel, n in zip(plan.placements[0][1], chunk.shape):
         if not isinstance(sel, slice) or (sel.start, sel.stop, sel.step or 1) != (0, n, 1):
@@ -178,12 +183,12 @@ def _taken(engine: Engine, request: ChunkRequest, items: list, plan: SelectionPl
         return None
     items[0] = None
     # NumPy points every view of ``chunk`` at the array that holds its memory (its base, for
-    # a chunk viewing a recycled buffer): references left are ``chunk`` here and
-    # getrefcount's argument, and for that array ``chunk``'s base and ``owner`` here too;
-    # any more is another holder (a view of it)
-    owner = chunk.base if isinstance(chunk.base, np.ndarray) else chunk
-    if (isinstance(owner.base, np.ndarray) or sys.getrefcount(chunk) > 2
-            or (owner is not chunk and sys.getrefcount(owner) > 3)):
+    # a chunk viewing a recycled buffer; else ``chunk`` itself): references left are
+    # ``chunk`` here and getrefcount's argument, and for its base ``chunk``'s and ``owner``
+    # here too; any more is another holder (a view of it)
+    owner = chunk.base if isinstance(chunk.base, np.ndarray) else None
+    if (sys.getrefcount(chunk) > 2 or (owner is not None and (
+            isinstance(owner.base, np.ndarray) or sys.getrefcount(owner) > 3))):
         items[0] = chunk
         return None
     try:

@@ -170,10 +170,12 @@ class ChunkCache:
 
     def give_up(self, key: Hashable, value: Any) -> bool:
         """Stop holding ``value`` under ``key`` (a reader takes it over: see
-        :func:`~.array.read_selection`); False, holding on, when ``key`` holds something
-        else or is pinned (on screen)."""
+        :func:`~.array.read_selection`): True when the cache no longer holds it (or never
+        did: a read not kept); False, holding on, when it is pinned (on screen)."""
         with self._lock:
-            if self._data.get(key) is not value or key in self._pins:
+            if self._data.get(key) is not value:
+                return True
+            if key in self._pins:
                 return False
             self._pop_locked(key)
             return True

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import RequestCancelledError
 from ..sources.base import ChunkSource
@@ -43,6 +43,11 @@ CATCH_UP_SECONDS = 2.0
 CATCH_UP_LEAD = 0.15
 #: chunks taken by one-pass readers that the table remembers (guesses of them are refused)
 TAKEN_MEMORY = 4096
+
+#: the future of a settled read (its own went to its waiters): finished, it takes no result
+_ENDED: cf.Future = cf.Future()
+_ENDED.set_result(None)
+
 
 @dataclass(eq=False)
 class Read:
@@ -63,6 +68,14 @@ class Read:
     group: Hashable | None = None  # reads with the same group may run as one batch
     companion: bool = False  # rides in another read's batch, or claimed (holds no slot)
     visible: bool = False  # counted in ReadTable.visible (VISIBLE now; priorities only rise)
+
+
+class Admitted(NamedTuple):
+    """A request's read and the future it waits on, taken under the table's lock (a read
+    lets go of its future when it is settled)."""
+
+    read: Read
+    future: cf.Future
 
 
 @dataclass(slots=True)
@@ -192,8 +205,8 @@ class ReadTable:
         cached: Callable[[ChunkRequest], Any] | None = None,
         skip_taken: bool = False,
     ) -> dict[ChunkRequest, Any]:
-        """The read of each key: joined when in flight (a part: also when its whole chunk's
-        read is running), else queued anew.
+        """The read of each key (:class:`Admitted`): joined when in flight (a part: also
+        when its whole chunk's read is running), else queued anew.
 
         ``cached`` (the cache's ``get``): a key no read holds is looked up there again under
         the table's lock and its value returned instead of a read (a read that ended after
@@ -227,7 +240,7 @@ class ReadTable:
                     read.owners.add(owner)
                 elif waiting:
                     read.anonymous += 1
-                reads[key] = read
+                reads[key] = Admitted(read, read.future)
         return reads
 
     def _join_locked(self, read: Read, priority: Priority, cache: bool, tally: Tally) -> None:
@@ -452,11 +465,14 @@ class ReadTable:
             read.state = "done"
         if ended and self.on_visible_end is not None:
             self.on_visible_end()
+        # the read lets go of its future before the waiters wake: a reader that then holds
+        # the future alone may take the value over (``array._taken``: by its references)
+        future, read.future = read.future, _ENDED
         try:
             if exc is not None:
-                read.future.set_exception(exc)
+                future.set_exception(exc)
             else:
-                read.future.set_result(result)
+                future.set_result(result)
         except cf.InvalidStateError:
             pass
 

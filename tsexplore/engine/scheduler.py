@@ -46,7 +46,7 @@ from .hints import ReadAheadMemory
 from .lookahead import look_ahead
 from .loop import IOLoop, on_read_thread
 from .prefetch import Prefetcher
-from .reads import CATCH_UP_LEAD, Read, ReadTable, Tally
+from .reads import CATCH_UP_LEAD, Admitted, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
@@ -197,10 +197,10 @@ class Engine:
                 reads.update(table.admit(source, lane, parts, priority, owner, not waiting, tally, get, skip_taken))
             for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
                 value = reads.get(key)
-                if found[i] is None and value is not None and not isinstance(value, Read):
+                if found[i] is None and value is not None and not isinstance(value, Admitted):
                     found[i] = value
             if parts and waiting and not source.is_async:  # local parts: read now, here
-                self._read_here([reads[k] for k in parts if isinstance(reads.get(k), Read)])
+                self._read_here([reads[k].read for k in parts if isinstance(reads.get(k), Admitted)])
         out = self._answer(keys, found, reads, priority, keep, tally)
         self.stats.add(tally.items())
         if tally.new or tally.joined:
