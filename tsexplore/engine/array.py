@@ -94,8 +94,9 @@ def read_selection(
         # as the prefetcher reads them; a remote store's next views are read ahead as parts)
         parts = engine.context.settings.partial_decode and not (
             view is not None and not source.is_async and engine.ahead.scrubs(source.token, view, source.chunks))
-        # a view that is one whole chunk the reader's steady step passes: taken over from
-        # the cache instead of copied, when nothing else holds it
+        # a view that is one whole chunk the reader's steady step passes: taken over (from
+        # the cache, or from the read it waited for) instead of copied, when nothing else
+        # holds it
         take = view is not None and plan.nchunks == 1 and engine.ahead.passes(source.token, view, source.chunks)
         out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine,
                     take=take)
@@ -132,7 +133,7 @@ def _read(
     kept could evict a chunk the reader comes back to): lacking one cached or being read, it
     raises ``LookupError`` and the reader reads the view; the parts it needs it reads
     (one-pass: not kept). ``take``: a view of one whole chunk is the chunk itself, taken over
-    from the cache (:func:`_taken`), where it can be."""
+    from the cache or the read it waits for (:func:`_taken`), where it can be."""
     requests = plan_requests(plan, source, parts)
     if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
         raise LookupError("the view's whole chunks are not all cached or being read")

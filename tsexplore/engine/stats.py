@@ -20,7 +20,8 @@ Definitions (they matter for the UI and the tests):
 - ``views_ahead``: a reader's next views made ahead while it paused (:mod:`.ahead`);
   ``views_ahead_used``: those the reader then took.
 - ``taken_over``: views of one whole chunk that a reader's steady step passes, handed over
-  from the cache instead of copied (:func:`~.array.read_selection`).
+  (from the cache, or from the read the reader waited for) instead of copied
+  (:func:`~.array.read_selection`).
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
   (decoded there, without reading the store).
