@@ -12,7 +12,7 @@ import sys
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from xarray.backends.common import BackendArray
@@ -143,7 +143,7 @@ def _read(
         observe = False
     if take and copy and len(items) == 1 and requests[0].part is WHOLE:
         if isinstance(items[0], cf.Future):  # the chunk, and the future let go of here
-            items[0] = wait_all(cast(list[cf.Future], items), timeout)[0]
+            items[0] = wait_all([items[0]], timeout)[0]
         out = _taken(engine, requests[0], items, plan)
         if out is not None:
             if observe:

@@ -254,8 +254,8 @@ class Engine:
         heels = behind = False
         for key, value in zip(keys, found):
             if value is None:
-                read = reads.get(key)  # none: a guess of a chunk a one-pass reader took
-                out.append(read.future if read is not None else _done(
+                admitted = reads.get(key)  # none: a guess of a chunk a one-pass reader took
+                out.append(admitted.future if admitted is not None else _done(
                     exc=RequestCancelledError(f"chunk {key.index} was taken by a one-pass reader")))
                 continue
             out.append(value)
