@@ -347,11 +347,24 @@ def test_a_scrub_takes_over_the_frames_it_waited_for_and_owns_them(tmp_path: Pat
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
 
 
+def test_a_jump_that_goes_the_same_way_twice_keeps_its_chunk() -> None:
+    """Jumps of many chunks that happen to repeat their step are not a scrub: the frames they
+    land on stay cached (a jump's chunks may be seen again), so reading it again is a hit."""
+    values = np.random.default_rng(4).standard_normal((40, 6, 10)).astype("float32")
+    src = ArraySource(values, chunks=(1, 6, 10)).with_options(SourceOptions(prefetch="off"))
+    for t in (0, 13, 26, 39):  # the same step of 13 one-frame chunks, three times
+        np.testing.assert_array_equal(read_selection(src, (t, slice(None), slice(None)), timeout=30), values[t])
+    before = tse.stats()
+    np.testing.assert_array_equal(read_selection(src, (39, slice(None), slice(None)), timeout=30), values[39])
+    snap = tse.stats() - before
+    assert (snap.hits, snap.misses, snap.taken_over) == (1, 0, 0), snap
+
+
 class _Gated(ArraySource):
     """An in-memory source whose reads (on the engine's read threads) wait until ``gate``
     is set."""
 
-    gate = threading.Event()
+    gate: threading.Event
 
     def read_chunk_sync(self, index: Any) -> Any:
         self.gate.wait(30)

@@ -203,11 +203,15 @@ class ViewsAhead:
 
     def passes(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` goes on with its reader's steady step and
-        that step is at least the chunks' extent along its axis: the next view is in other
-        chunks, so this one's are passed once it is answered (a hint, read without the
+        that step is one or two chunks deep along its axis: the next view is in other chunks,
+        so this one's are passed once it is answered, as the prefetcher lets them go (a
+        longer step is a jump, whose chunks may be seen again; a hint, read without the
         lock)."""
         found = self._goes_on(token, key)
-        return found is not None and abs(found[1][1]) >= chunks[found[1][0]]
+        if found is None:
+            return False
+        axis, distance = found[1]
+        return chunks[axis] <= abs(distance) <= 2 * chunks[axis]
 
     def _goes_on(self, token: str, key: Canon) -> tuple[_Track, tuple[int, int]] | None:
         """The reader's track and its steady step ``(axis, distance)``, when view ``key``
