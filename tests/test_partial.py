@@ -304,3 +304,38 @@ def test_the_link_model_fetches_ranges_only_when_they_pay() -> None:
     assert link.ranges_pay(64_000_000, 100_000, False)
     assert link.ranges_pay(2_000_000, 100_000, True)  # head known: one trip either way
     assert 1 << 16 <= link.gap(1 << 16) <= 1 << 24
+
+
+def _zarr_v2_default_blosc(path: Path) -> np.ndarray:
+    """A Zarr v2 store written by zarr with numcodecs' ``Blosc()`` defaults (LZ4, clevel 5,
+    byte shuffle, blosc's own block size: 512 KiB here, eight frames of a chunk)."""
+    import numcodecs
+
+    t, y, x = np.meshgrid(np.arange(32), np.arange(128), np.arange(128), indexing="ij")
+    values = (np.sin(t / 5.0) + np.cos(y / 9.0) * np.sin(x / 7.0)
+              + np.random.default_rng(3).normal(0, 0.1, t.shape)).astype("float32")
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    arr = group.create_array("data", shape=values.shape, chunks=(16, 128, 128), dtype="float32",
+                             compressors=numcodecs.Blosc(), fill_value=0)
+    arr.attrs["_ARRAY_DIMENSIONS"] = ["time", "y", "x"]
+    arr[...] = values
+    zarr.consolidate_metadata(str(path))
+    return values
+
+
+def test_a_frame_inside_a_block_of_lz4_streams_decodes_the_block_up_to_its_end(tmp_path: Path) -> None:
+    """Through the engine, against the values written: a frame inside a blosc block of LZ4
+    streams decodes the block's front up to the frame's end; the frame that ends the block
+    decodes it whole."""
+    values = _zarr_v2_default_blosc(tmp_path / "v2.zarr")
+    ds = tse.open_dataset(tmp_path / "v2.zarr", prefetch="off")
+    np.testing.assert_array_equal(ds["data"].values, values)  # the head of every chunk read
+    tse.close()
+    da = tse.open_dataset(tmp_path / "v2.zarr", prefetch="off")["data"]
+    np.testing.assert_array_equal(da.isel(time=20).values, values[20])  # learns the block size
+    frame = 128 * 128 * 4
+    for t, decoded in [(26, 3), (24, 1), (31, 8), (3, 4), (15, 8)]:  # block 1 of chunk 1, ...
+        before = tse.stats()
+        np.testing.assert_array_equal(da.isel(time=t).values, values[t])
+        delta = tse.stats() - before
+        assert delta.part_reads == 1 and delta.bytes_decoded == decoded * frame, t

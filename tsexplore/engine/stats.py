@@ -25,7 +25,8 @@ Definitions (they matter for the UI and the tests):
 - ``part_reads``: reads that decoded only the blosc blocks a region of a chunk needs.
 - ``encoded_hits``: reads answered from stored bytes held in the cache's encoded tier
   (decoded there, without reading the store).
-- ``bytes_decoded``: bytes decoded (whole chunks, or the blocks of a part);
+- ``bytes_decoded``: bytes decoded (whole chunks, or the blocks of a part: the last one up to
+  the part's end where it decodes by the fronts of its LZ4 streams);
   ``bytes_useful``: bytes handed to readers (selections, streamed chunks);
   ``decoded_ratio`` = decoded / useful (1.0: nothing decoded in vain).
 """

@@ -10,6 +10,10 @@ engine's read threads decode in parallel.
 :func:`decoder` returns None when the library is missing or fails its self-test; callers
 then fall back to numcodecs. :func:`item_decoder` is C-Blosc2's ``blosc2_getitem_ctx``: it
 decodes only the blocks that hold a range of items (see :mod:`.blosc_partial`).
+:func:`stream_decoder` gives the two pieces of a block's decode that C-Blosc2 exports, for
+decoding only the front of a block (:func:`.blosc_partial.decode_box`): the LZ4 library it
+bundles (``LZ4_decompress_safe_partial``: a stream decoded up to a given length, no further)
+and its byte unshuffle (``blosc2_unshuffle``).
 """
 
 from __future__ import annotations
@@ -20,12 +24,27 @@ import importlib.util
 import os
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 DecodeFn = Callable[[object, np.ndarray], int]
 #: ``getitem(src, start, nitems, dest_address, dest_nbytes) -> decoded bytes or < 0``
 ItemsFn = Callable[[np.ndarray, int, int, int, int], int]
+
+
+class Streams(NamedTuple):
+    """C functions on raw addresses (``ctypes`` lets go of the GIL for each call)."""
+
+    #: ``lz4_front(src, dest, src_nbytes, nbytes) -> bytes decoded``: the first ``nbytes`` of
+    #: the LZ4 block ``src`` (fewer, or < 0: corrupt). It copies a match byte by byte, so a
+    #: stream of long matches is decoded quicker whole:
+    lz4_front: Callable[[int, int, int, int], int]
+    #: ``lz4_whole(src, dest, src_nbytes, capacity) -> bytes decoded`` (< 0: corrupt)
+    lz4_whole: Callable[[int, int, int, int], int]
+    #: ``unshuffle(typesize, nbytes, src, dest) -> nbytes or < 0``: blosc's byte unshuffle of
+    #: ``nbytes`` (``typesize`` streams of ``nbytes / typesize`` bytes, one after the other)
+    unshuffle: Callable[[int, int, int, int], int]
 
 
 class _DParams(ctypes.Structure):
@@ -43,6 +62,7 @@ class _DParams(ctypes.Structure):
 _lock = threading.Lock()
 _loaded: DecodeFn | None = None
 _items: ItemsFn | None = None
+_streams: Streams | None = None
 _tried = False
 
 
@@ -58,7 +78,7 @@ def _library_path() -> str | None:
     return None
 
 
-def _load() -> tuple[DecodeFn, ItemsFn] | None:
+def _load() -> tuple[DecodeFn, ItemsFn, Streams | None] | None:
     path = _library_path()
     if path is None:
         return None
@@ -88,6 +108,7 @@ def _load() -> tuple[DecodeFn, ItemsFn] | None:
     lib.blosc2_free_ctx.restype = None
     lib.blosc2_free_ctx.argtypes = [ctypes.c_void_p]
     lib.blosc2_init()
+    streams = _streams_of(lib)
     local = threading.local()
     run = lib.blosc2_decompress_ctx
     getitem = lib.blosc2_getitem_ctx
@@ -130,7 +151,36 @@ def _load() -> tuple[DecodeFn, ItemsFn] | None:
             local.ctx = None  # see _special
         return got
 
-    return (decode, items) if _self_test(decode, items) else None
+    if not _self_test(decode, items):
+        return None
+    return decode, items, (streams if streams is not None and _self_test_streams(streams) else None)
+
+
+def _streams_of(lib: ctypes.CDLL) -> Streams | None:
+    """The library's LZ4 partial decoder and byte unshuffle, where it exports them."""
+    try:
+        front = lib.LZ4_decompress_safe_partial
+        whole = lib.LZ4_decompress_safe
+        unshuffle = lib.blosc2_unshuffle
+    except AttributeError:
+        return None
+    front.restype = ctypes.c_int
+    front.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    whole.restype = ctypes.c_int
+    whole.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    unshuffle.restype = ctypes.c_int32
+    unshuffle.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]
+
+    def lz4_front(src: int, dest: int, src_nbytes: int, nbytes: int) -> int:
+        return int(front(src, dest, src_nbytes, nbytes, nbytes))
+
+    def lz4_whole(src: int, dest: int, src_nbytes: int, capacity: int) -> int:
+        return int(whole(src, dest, src_nbytes, capacity))
+
+    def unshuffled(typesize: int, nbytes: int, src: int, dest: int) -> int:
+        return int(unshuffle(typesize, nbytes, src, dest))
+
+    return Streams(lz4_front, lz4_whole, unshuffled)
 
 
 def _special(frame: np.ndarray) -> bool:
@@ -168,8 +218,44 @@ def _self_test(decode: DecodeFn, items: ItemsFn) -> bool:
         return False
 
 
+def _self_test_streams(streams: Streams) -> bool:
+    """Take apart a block of a frame numcodecs' C-Blosc wrote with LZ4 and the byte shuffle:
+    the front of each of its streams, unshuffled, must be the front of the values."""
+    try:
+        import struct
+
+        from numcodecs import Blosc
+
+        data = (np.arange(8192, dtype=np.float32) * 0.37) // 3
+        frame = np.frombuffer(Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE, blocksize=len(data) * 4)
+                              .encode(data), dtype=np.uint8)
+        if frame[2] != 0x21:  # byte shuffle, split into streams, LZ4
+            return False
+        n = len(data)  # one block: 4 streams of n bytes; take the first 1000 values
+        front = np.empty(4 * 1000, dtype=np.uint8)
+        whole = np.empty(n, dtype=np.uint8)
+        pos = 16 + 4
+        for j in range(4):
+            csize = struct.unpack_from("<i", frame.data, pos)[0]
+            if not 0 < csize < n:
+                return False
+            at = frame.ctypes.data + pos + 4
+            if streams.lz4_front(at, front.ctypes.data + j * 1000, csize, 1000) != 1000:
+                return False
+            if streams.lz4_whole(at, whole.ctypes.data, csize, n) != n or not np.array_equal(
+                    whole[:1000], front[j * 1000 : (j + 1) * 1000]):
+                return False
+            pos += 4 + csize
+        out = np.empty(1000, dtype=np.float32)
+        if streams.unshuffle(4, front.nbytes, front.ctypes.data, out.ctypes.data) != front.nbytes:
+            return False
+        return bool(np.array_equal(out, data[:1000]))
+    except Exception:  # noqa: BLE001 - any failure means: do not use these functions
+        return False
+
+
 def _ensure() -> None:
-    global _loaded, _items, _tried
+    global _loaded, _items, _streams, _tried
     with _lock:
         if not _tried:
             if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0":
@@ -178,7 +264,7 @@ def _ensure() -> None:
                 except OSError:
                     found = None
                 if found is not None:
-                    _loaded, _items = found
+                    _loaded, _items, _streams = found
             _tried = True
 
 
@@ -195,3 +281,11 @@ def item_decoder() -> ItemsFn | None:
     if not _tried:
         _ensure()
     return _items
+
+
+def stream_decoder() -> Streams | None:
+    """C-Blosc2's LZ4 partial decoder and byte unshuffle, or None (then a block is decoded
+    whole, :func:`item_decoder`)."""
+    if not _tried:
+        _ensure()
+    return _streams

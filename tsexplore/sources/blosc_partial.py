@@ -8,6 +8,14 @@ is thin along the leading axes (a frame of a deep chunk, a few rows, a pixel's p
 lives in a few blocks; :func:`decode_box` decodes only those, with C-Blosc2's
 ``blosc2_getitem_ctx`` (:func:`._cblosc2.item_decoder`): no decompressor is written here.
 
+A region that ends inside a block needs only the block's front when the block is LZ4 streams
+of the byte shuffle (the blosc1 frames that Zarr's default ``Blosc(cname="lz4",
+shuffle=SHUFFLE)`` writes): stream ``j`` holds byte ``j`` of every item of the block, so the
+items up to the region's end are the front of each stream. :func:`decode_box` then decodes each
+stream only that far (C-Blosc2's bundled ``LZ4_decompress_safe_partial``) and unshuffles the
+region's items (``blosc2_unshuffle``; :func:`._cblosc2.stream_decoder`): a frame in the first
+half of a block decodes half the block.
+
 Before any block is decoded its place in the frame is checked: the header's sizes against
 each other and against the bytes present, every offset inside the frame and distinct, and
 the streams of each needed block filling exactly the bytes up to the next block (so a shifted,
@@ -34,12 +42,14 @@ import numpy as np
 
 from ..errors import CorruptChunkError
 from . import buffers
-from ._cblosc2 import item_decoder
+from ._cblosc2 import Streams, item_decoder, stream_decoder
 
 #: enough bytes of a frame to know the length of its header and block table
 PREFIX = 32
 MIN_HEADER, EXT_HEADER = 16, 32
 _DOSHUFFLE, _MEMCPYED, _DOBITSHUFFLE, _DODELTA, _DONT_SPLIT = 0x01, 0x02, 0x04, 0x08, 0x10
+#: the codec of a blosc1 header (``flags >> 5``) whose blocks are LZ4 (LZ4 and LZ4HC)
+_LZ4 = 1
 _MAX_BLOCKSIZE = 536866816
 
 #: a region of a chunk: per axis ``(start, stop)`` in chunk-local coordinates
@@ -317,7 +327,9 @@ def decode_box(
 ) -> tuple[np.ndarray, int]:
     """The values of ``box`` of a chunk of ``shape`` stored as the frame in ``buf`` (every
     byte of it, or a sparse copy holding the head and the blocks ``box`` needs), and the
-    bytes of blocks decoded. ``dtype`` is the stored dtype (byte order included)."""
+    bytes of values decoded: the blocks ``box`` needs, the last one only up to the box's end
+    where it decodes by the front of its streams. ``dtype`` is the stored dtype (byte order
+    included)."""
     items = item_decoder()
     if items is None:
         raise PartsUnsupported("C-Blosc2 is not available")
@@ -334,14 +346,27 @@ def decode_box(
     ts = head.typesize
     src = buf[: head.cbytes] if len(buf) >= head.cbytes else buf
     if len(lay.starts) == 1:  # one run: straight into the output
-        _items(items, src, int(lay.starts[0]), lay.length, out.ctypes.data, ts, head.blocksize, where)
+        decoded = _items(items, src, int(lay.starts[0]), lay.length, out.ctypes.data, ts, head.blocksize, where,
+                         head, _fronts(head))
     else:
         scratch = _chunk_scratch(head.nbytes)
         for lo, hi in lay.spans:
             _items(items, src, lo, hi - lo, scratch.ctypes.data + lo, ts, head.blocksize, where)
         whole = scratch.view(dtype).reshape(shape)
         out[...] = whole[tuple(slice(lo, hi) for lo, hi in box)]
-    return out, lay.decoded
+        decoded = lay.decoded
+    return out, decoded
+
+
+def _fronts(head: BloscHead) -> Streams | None:
+    """The stream decoder when ``head``'s full blocks are LZ4 streams of the byte shuffle
+    (blosc1 header, split into ``typesize`` streams, no bitshuffle or delta), else None."""
+    flags = head.flags
+    if (head.header_len != MIN_HEADER or head.memcpyed or head.special or flags >> 5 != _LZ4
+            or flags & (_DONT_SPLIT | _DOBITSHUFFLE | _DODELTA) or not flags & _DOSHUFFLE
+            or head.typesize < 2):
+        return None
+    return stream_decoder()
 
 
 def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
@@ -356,24 +381,84 @@ def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, blocksize: int,  # type: ignore[no-untyped-def]
-           where: object) -> None:
+           where: object, head: BloscHead | None = None, fronts: Streams | None = None) -> int:
     """Decode bytes ``start .. start + nbytes`` of the frame to the address ``dest``, one call
     of C-Blosc2's getitem per block: C-Blosc2 (3.3) can return a range of items that crosses a
-    block boundary shifted; a range inside one block it returns exactly."""
+    block boundary shifted; a range inside one block it returns exactly. With ``head`` and
+    ``fronts`` (:func:`_fronts`), a range that ends inside a full block decodes only the
+    block's front (:func:`_front`). Returns the bytes of values decoded (a block's front:
+    up to the range's end)."""
     if start % ts or nbytes % ts or (blocksize > 0 and blocksize % ts):
         raise PartsUnsupported("a region or blosc blocks that do not start on a whole item")
     stop = start + nbytes
+    decoded = 0
     while start < stop:
-        cut = min(stop, (start // blocksize + 1) * blocksize) if blocksize > 0 else stop
+        block = start // blocksize if blocksize > 0 else 0
+        end = (block + 1) * blocksize if blocksize > 0 else stop
+        cut = min(stop, end)
         n = cut - start
-        got = items(src, start // ts, n // ts, dest, n)
-        if got != n:
-            raise CorruptChunkError(
-                f"{where}: blosc blocks decode to {got} bytes instead of {n} (corrupt data)"
-                if got >= 0 else f"{where}: blosc cannot decode the stored blocks (error {got})"
-            )
+        if (fronts is not None and head is not None and cut < end <= head.nbytes
+                and _front(fronts, src, head, block, start - block * blocksize, cut - block * blocksize, dest, where)):
+            decoded += cut - block * blocksize
+        else:
+            got = items(src, start // ts, n // ts, dest, n)
+            if got != n:
+                raise CorruptChunkError(
+                    f"{where}: blosc blocks decode to {got} bytes instead of {n} (corrupt data)"
+                    if got >= 0 else f"{where}: blosc cannot decode the stored blocks (error {got})"
+                )
+            decoded += min(end, head.nbytes if head is not None else end) - block * blocksize
         dest += n
         start = cut
+    return decoded
+
+
+def _front(fronts: Streams, src: np.ndarray, head: BloscHead, block: int, lo: int, hi: int, dest: int,
+           where: object) -> bool:
+    """Decode bytes ``lo .. hi`` of full block ``block`` (block-local, ``hi`` inside it) from
+    the front of its streams to ``dest``. False when a stream is neither LZ4 nor stored raw
+    (C-Blosc2's run-length streams): the caller decodes the block whole."""
+    ts = head.typesize
+    per = head.blocksize // ts  # bytes of each stream decoded
+    first, last = lo // ts, hi // ts  # the items wanted
+    n = last - first
+    scratch = _front_scratch(ts * (per + n))
+    rows = scratch[: ts * per].reshape(ts, per)  # each stream decoded (as far as needed)
+    packed = scratch[ts * per : ts * (per + n)].reshape(ts, n)  # the wanted items of each
+    pos, end = int(head.starts[block]), int(head.ends[block])
+    raw, address = src.data, src.ctypes.data
+    for j in range(ts):
+        if pos + 4 > end:
+            return False
+        csize = struct.unpack_from("<i", raw, pos)[0]
+        if csize <= 0 or csize > per or pos + 4 + csize > end:
+            return False
+        at = pos + 4
+        if csize == per:  # stored raw
+            packed[j] = src[at + first : at + last]
+        else:
+            # a stream that shrank to under a quarter is mostly long matches, which the
+            # partial decoder copies byte by byte: decoded whole it is quicker (its bytes past
+            # the front make no more values: the other streams stop there)
+            whole = 4 * csize < per
+            got = (fronts.lz4_whole(address + at, rows[j].ctypes.data, csize, per) if whole else
+                   fronts.lz4_front(address + at, rows[j].ctypes.data, csize, last))
+            if got != (per if whole else last):
+                raise CorruptChunkError(f"{where}: blosc block {block}'s LZ4 stream {j} is corrupt")
+            packed[j] = rows[j, first:last]
+        pos += 4 + csize
+    got = fronts.unshuffle(ts, ts * n, packed.ctypes.data, dest)
+    if got != ts * n:
+        raise CorruptChunkError(f"{where}: blosc cannot unshuffle block {block} (error {got})")
+    return True
+
+
+def _front_scratch(nbytes: int) -> np.ndarray:
+    """This thread's buffer for the fronts of a block's streams (grown, never shrunk)."""
+    buf = getattr(_scratch, "fronts", None)
+    if buf is None or buf.size < nbytes:
+        buf = _scratch.fronts = np.empty(nbytes, dtype=np.uint8)
+    return buf
 
 
 def sparse_frame(head: BloscHead) -> np.ndarray:
