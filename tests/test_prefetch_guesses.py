@@ -234,7 +234,9 @@ def test_random_rereads_are_cache_hits() -> None:
     for i in rng.integers(0, n, 2000).tolist():
         np.testing.assert_array_equal(read_selection(source, (i, every, every)), values[i])
     snap = tse.stats() - before
-    assert snap.misses == 0 and snap.hits == 2000, snap
+    # every read a hit; a chance run of equal steps with pauses between them (a slow machine)
+    # can have a view made ahead of the reader, whose read of a cached chunk is a hit too
+    assert snap.misses == 0 and snap.hits >= 2000, snap
 
 
 @settings(max_examples=60, deadline=None)
