@@ -308,6 +308,17 @@ def test_a_box_ending_inside_an_lz4_block_decodes_only_the_blocks_front(dtype: s
         box = ((3, 4), rows, (0, 128))
         values, _ = decode_box(buf, head, data.shape, data.dtype, box, "chunk")
         np.testing.assert_array_equal(values, data[3:4, rows[0] : rows[1]])
+    # tiles (a run of values a row): each run of blocks decoded up to the tile's last value
+    # in it, here in the first of the frames a block holds
+    per_block = head.blocksize // frame
+    for t in range(0, 16, per_block):
+        for tile in [((t, t + 1), (0, 40), (10, 50)), ((t, t + 1), (60, 61), (0, 128)),
+                     ((t, t + 2), (100, 128), (127, 128))]:
+            values, decoded = decode_box(buf, head, data.shape, data.dtype, tile, "chunk")
+            np.testing.assert_array_equal(values, data[tuple(slice(lo, hi) for lo, hi in tile)], err_msg=str(tile))
+            lay = layout(data.shape, data.itemsize, tile, head.blocksize, head.nbytes)
+            end = int(lay.starts[-1]) + lay.length  # the tile's last value, inside a block
+            assert decoded == lay.decoded - (head.blocksize - end % head.blocksize), tile
 
 
 @pytest.mark.skipif(stream_decoder() is None, reason="C-Blosc2's LZ4 and unshuffle are not exported")

@@ -327,9 +327,9 @@ def decode_box(
 ) -> tuple[np.ndarray, int]:
     """The values of ``box`` of a chunk of ``shape`` stored as the frame in ``buf`` (every
     byte of it, or a sparse copy holding the head and the blocks ``box`` needs), and the
-    bytes of values decoded: the blocks ``box`` needs, the last one only up to the box's end
-    where it decodes by the front of its streams. ``dtype`` is the stored dtype (byte order
-    included)."""
+    bytes of values decoded: the blocks ``box`` needs, each run of consecutive ones only up
+    to the box's last value in it where its last block decodes by the front of its streams.
+    ``dtype`` is the stored dtype (byte order included)."""
     items = item_decoder()
     if items is None:
         raise PartsUnsupported("C-Blosc2 is not available")
@@ -350,11 +350,16 @@ def decode_box(
                          head, _fronts(head))
     else:
         scratch = _chunk_scratch(head.nbytes)
+        fronts = _fronts(head)
+        decoded = 0
         for lo, hi in lay.spans:
-            _items(items, src, lo, hi - lo, scratch.ctypes.data + lo, ts, head.blocksize, where)
+            # up to the end of the box's last run in these blocks (it ends inside them)
+            last = int(np.searchsorted(lay.starts, hi)) - 1
+            stop = min(hi, int(lay.starts[last]) + lay.length)
+            decoded += _items(items, src, lo, stop - lo, scratch.ctypes.data + lo, ts, head.blocksize, where,
+                              head, fronts)
         whole = scratch.view(dtype).reshape(shape)
         out[...] = whole[tuple(slice(lo, hi) for lo, hi in box)]
-        decoded = lay.decoded
     return out, decoded
 
 
