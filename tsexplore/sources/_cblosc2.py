@@ -22,6 +22,7 @@ import ctypes
 import glob
 import importlib.util
 import os
+import struct
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
@@ -38,7 +39,7 @@ class Streams(NamedTuple):
 
     #: ``lz4_front(src, dest, src_nbytes, nbytes) -> bytes decoded``: the first ``nbytes`` of
     #: the LZ4 block ``src`` (fewer, or < 0: corrupt). It copies a match byte by byte, so a
-    #: stream of long matches is decoded quicker whole:
+    #: stream of long matches is decoded quicker whole.
     lz4_front: Callable[[int, int, int, int], int]
     #: ``lz4_whole(src, dest, src_nbytes, capacity) -> bytes decoded`` (< 0: corrupt)
     lz4_whole: Callable[[int, int, int, int], int]
@@ -222,8 +223,6 @@ def _self_test_streams(streams: Streams) -> bool:
     """Take apart a block of a frame numcodecs' C-Blosc wrote with LZ4 and the byte shuffle:
     the front of each of its streams, unshuffled, must be the front of the values."""
     try:
-        import struct
-
         from numcodecs import Blosc
 
         data = (np.arange(8192, dtype=np.float32) * 0.37) // 3

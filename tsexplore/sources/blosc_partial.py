@@ -343,21 +343,18 @@ def decode_box(
     check_blocks(head, buf, lay.blocks, where)
     out_shape = tuple(hi - lo for lo, hi in box)
     out = buffers.empty(math.prod(out_shape) * itemsize).view(dtype).reshape(out_shape)
-    ts = head.typesize
     src = buf[: head.cbytes] if len(buf) >= head.cbytes else buf
+    fronts = _fronts(head)
     if len(lay.starts) == 1:  # one run: straight into the output
-        decoded = _items(items, src, int(lay.starts[0]), lay.length, out.ctypes.data, ts, head.blocksize, where,
-                         head, _fronts(head))
+        decoded = _items(items, fronts, src, head, int(lay.starts[0]), lay.length, out.ctypes.data, where)
     else:
         scratch = _chunk_scratch(head.nbytes)
-        fronts = _fronts(head)
         decoded = 0
         for lo, hi in lay.spans:
             # up to the end of the box's last run in these blocks (it ends inside them)
             last = int(np.searchsorted(lay.starts, hi)) - 1
             stop = min(hi, int(lay.starts[last]) + lay.length)
-            decoded += _items(items, src, lo, stop - lo, scratch.ctypes.data + lo, ts, head.blocksize, where,
-                              head, fronts)
+            decoded += _items(items, fronts, src, head, lo, stop - lo, scratch.ctypes.data + lo, where)
         whole = scratch.view(dtype).reshape(shape)
         out[...] = whole[tuple(slice(lo, hi) for lo, hi in box)]
     return out, decoded
@@ -385,14 +382,15 @@ def _runs(blocks: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, blocksize: int,  # type: ignore[no-untyped-def]
-           where: object, head: BloscHead | None = None, fronts: Streams | None = None) -> int:
+def _items(items, fronts: Streams | None, src: np.ndarray, head: BloscHead, start: int, nbytes: int,  # type: ignore[no-untyped-def]
+           dest: int, where: object) -> int:
     """Decode bytes ``start .. start + nbytes`` of the frame to the address ``dest``, one call
     of C-Blosc2's getitem per block: C-Blosc2 (3.3) can return a range of items that crosses a
-    block boundary shifted; a range inside one block it returns exactly. With ``head`` and
-    ``fronts`` (:func:`_fronts`), a range that ends inside a full block decodes only the
-    block's front (:func:`_front`). Returns the bytes of values decoded (a block's front:
-    up to the range's end)."""
+    block boundary shifted; a range inside one block it returns exactly. With ``fronts``
+    (:func:`_fronts`), a range that ends inside a full block decodes only the block's front
+    (:func:`_front`). Returns the bytes of values decoded (a block's front: up to the range's
+    end)."""
+    ts, blocksize = head.typesize, head.blocksize
     if start % ts or nbytes % ts or (blocksize > 0 and blocksize % ts):
         raise PartsUnsupported("a region or blosc blocks that do not start on a whole item")
     stop = start + nbytes
@@ -402,7 +400,7 @@ def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, 
         end = (block + 1) * blocksize if blocksize > 0 else stop
         cut = min(stop, end)
         n = cut - start
-        if (fronts is not None and head is not None and cut < end <= head.nbytes
+        if (fronts is not None and cut < end <= head.nbytes
                 and _front(fronts, src, head, block, start - block * blocksize, cut - block * blocksize, dest, where)):
             decoded += cut - block * blocksize
         else:
@@ -412,7 +410,7 @@ def _items(items, src: np.ndarray, start: int, nbytes: int, dest: int, ts: int, 
                     f"{where}: blosc blocks decode to {got} bytes instead of {n} (corrupt data)"
                     if got >= 0 else f"{where}: blosc cannot decode the stored blocks (error {got})"
                 )
-            decoded += min(end, head.nbytes if head is not None else end) - block * blocksize
+            decoded += min(end, head.nbytes) - block * blocksize
         dest += n
         start = cut
     return decoded
