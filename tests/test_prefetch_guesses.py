@@ -5,6 +5,7 @@ back, and play reads ahead the next frames as parts of chunks."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import math
 import random
 import time
@@ -193,6 +194,44 @@ def test_a_fast_scrub_of_one_frame_chunks_keeps_only_the_chunks_around_the_view(
     rows = sorted(k.index[0] for k in tse.get_engine().cache.keys() if isinstance(k, ChunkRequest))
     # around the last view, and at most the first views, read before play was a pattern
     assert rows and len([r for r in rows if r < 100 - 8]) <= 3, rows
+
+
+@pytest.mark.parametrize("in_flight", [False, True], ids=["cached", "in-flight"])
+def test_a_release_planned_after_a_fetch_leaves_what_the_fetch_cached(in_flight: bool) -> None:
+    """The engine's thread plans from a view a while after it was answered (a drain): the
+    chunks a steady pattern had passed by then leave the decoded tier, and their reads in
+    flight are not kept; but not what another reader fetched after that view (a dask
+    reduction's last tasks, then ``fetch`` of every chunk: its next reduction must find them
+    all cached), whether its reads had ended or were still running when the plan was made."""
+    from tsexplore.engine.planning import plan_selection
+    from tsexplore.sources import ArraySource
+    from tsexplore.testing.wrappers import LatencySource
+
+    values = np.arange(32 * 16, dtype="float32").reshape(32, 4, 4)
+    every = slice(None)
+    engine = tse.get_engine()
+
+    def cached_after(views_answered_before_the_fetch: bool) -> set[int]:
+        source = ArraySource(values, dims=("time", "y", "x"), chunks=(1, 4, 4),
+                             name=f"late-{views_answered_before_the_fetch}")
+        if in_flight:  # the fetch's reads are still running when the plan is made
+            source = LatencySource(source, 0.3)
+        t0 = time.monotonic() - 1.0
+        futures = engine.request(source, [(t, 0, 0) for t in range(16)])
+        if not in_flight:
+            cf.wait(futures, timeout=30)
+        if not views_answered_before_the_fetch:
+            t0 = time.monotonic()
+        for t in range(16):  # a one-pass reader's steady views, planned from now
+            plan = plan_selection((t, every, every), values.shape, (1, 4, 4))
+            engine.prefetcher.observe(source, plan, True, when=t0 + 0.01 * t)
+        assert all(f.result(timeout=30).shape == (1, 4, 4) for f in futures)
+        return {k.index[0] for k in engine.cache.keys()
+                if isinstance(k, ChunkRequest) and k.array == source.token and k.index[0] < 16}
+
+    assert cached_after(True) == set(range(16))  # fetched after the views: all stay
+    left = cached_after(False)  # fetched before them: the views passed them, they leave
+    assert len(left) <= 3, left
 
 
 def test_a_second_loop_of_remote_play_decodes_from_the_encoded_tier(cube) -> None:  # type: ignore[no-untyped-def]

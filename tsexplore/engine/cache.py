@@ -20,6 +20,7 @@ first: ``outside`` (``trim(to)``) is asked to hold at most what a new entry leav
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
@@ -54,6 +55,9 @@ class ChunkCache:
         self._lock = threading.Lock()
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._pins: dict[Hashable, int] = {}
+        #: when each entry was put (``time.monotonic``): a release decided from an older
+        #: view leaves an entry put since then (:meth:`discard`'s ``put_before``)
+        self._put_at: dict[Hashable, float] = {}
         self._budget = 0
         self.bytes_now = 0
         self.encoded_bytes = 0
@@ -133,6 +137,7 @@ class ChunkCache:
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
             self._data[key] = value
+            self._put_at[key] = time.monotonic()
             self.bytes_now += size
             if type(value) is _Held:
                 self.encoded_bytes += size
@@ -147,6 +152,7 @@ class ChunkCache:
         old = self._data.pop(key, None)
         if old is None:
             return None
+        del self._put_at[key]
         self.bytes_now -= old.nbytes
         if type(old) is _Held:
             self.encoded_bytes -= old.nbytes
@@ -180,14 +186,19 @@ class ChunkCache:
             self._pop_locked(key)
             return True
 
-    def discard(self, keys: Iterable[Hashable]) -> None:
+    def discard(self, keys: Iterable[Hashable], *, put_before: float | None = None) -> None:
+        """Stop holding ``keys``; with ``put_before`` (a ``time.monotonic`` time) only those
+        put before it: a release decided from a view answered then leaves what another
+        reader (a ``fetch``) put since."""
         with self._lock:
             for key in keys:
-                self._pop_locked(key)
+                if put_before is None or self._put_at.get(key, put_before) < put_before:
+                    self._pop_locked(key)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._put_at.clear()
             self.bytes_now = 0
             self.encoded_bytes = 0
             self.encoded_entries = 0

@@ -70,12 +70,15 @@ class ReadAheadMemory:
         """Whether a one-pass reader took ``key`` lately (it will not want it again)."""
         return key in self._table.taken
 
-    def release(self, keys: list[ChunkRequest]) -> None:
+    def release(self, keys: list[ChunkRequest], before: float) -> None:
         """``keys`` leave the decoded tier (those pinned stay), and their reads in flight are
-        not kept when they end: what a steady pattern has passed."""
+        not kept when they end: what a steady pattern had passed by ``before`` (the time
+        its view was answered, ``time.monotonic``). What a reader put in the cache or asked
+        to keep since then stays: the engine's thread plans a while after the view, and
+        another reader may have fetched those chunks meanwhile."""
         cache = self.cache
-        cache.discard([k for k in keys if not cache.is_pinned(k)])
-        self._table.release(keys)
+        cache.discard([k for k in keys if not cache.is_pinned(k)], put_before=before)
+        self._table.release(keys, before)
 
     def reading(self, key: ChunkRequest) -> bool:
         """Whether ``key`` is being read (queued or running; a hint, without the lock)."""

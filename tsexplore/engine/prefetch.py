@@ -502,7 +502,9 @@ class Prefetcher:
         """The chunks a steady pattern has passed along ``axis`` (behind this view, from where
         the last release stopped, or from where the run began) leave the decoded tier: their
         buffers decode what comes next instead of fresh memory (those still being read are
-        not kept when they end: the reader caught up with them). A drain plans once for the
+        not kept when they end: the reader caught up with them). What another reader put in
+        the cache, or asked to keep, after this view was answered stays (a ``fetch`` made
+        while the engine's thread had yet to plan from the view). A drain plans once for the
         views answered meanwhile (many, when chunks are one frame deep and the scrub is fast),
         so the release reaches back as far as those views moved -- at most two chunks a view:
         a jump leaves what it left, it may be visited again. Their stored bytes stay where
@@ -528,7 +530,8 @@ class Prefetcher:
             return
         spans = [range(a, b + 1) for a, b in history[-1].ranges]
         spans[axis] = behind
-        self._engine.hints.release([ChunkRequest(token, i) for i in itertools.product(*spans)])
+        self._engine.hints.release([ChunkRequest(token, i) for i in itertools.product(*spans)],
+                                   history[-1].time)
 
     def _targets(
         self,

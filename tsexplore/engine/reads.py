@@ -64,6 +64,7 @@ class Read:
     state: str = "queued"  # queued | running | done | cancelled
     speculative_slot: bool = False  # holds one of the prefetch slots while running
     keep: bool = True  # put the chunk in the cache (False: a one-pass stream reads it)
+    kept_at: float = 0.0  # when a reader last asked for it to be kept (``time.monotonic``)
     prefetch_only: bool = False  # only the prefetcher wants it kept so far
     group: Hashable | None = None  # reads with the same group may run as one batch
     companion: bool = False  # rides in another read's batch, or claimed (holds no slot)
@@ -247,6 +248,7 @@ class ReadTable:
         if priority is not Priority.SPECULATIVE:  # (the prefetcher asking again changes nothing)
             if cache:
                 read.keep, read.prefetch_only = True, False
+                read.kept_at = time.monotonic()
             elif read.prefetch_only:
                 read.keep = False  # read ahead for this one-pass reader only
             if read.priority is Priority.SPECULATIVE:
@@ -268,6 +270,8 @@ class ReadTable:
     ) -> Read:
         read = Read(key, source, key.index, priority, lane)
         read.keep = cache
+        if cache:
+            read.kept_at = time.monotonic()
         read.prefetch_only = priority is Priority.SPECULATIVE
         if source.max_batch > 1 and key.part is WHOLE:  # parts and stored bytes run alone
             read.group = source.batch_key(read.index)
@@ -303,14 +307,15 @@ class ReadTable:
         """Whether VISIBLE reads are queued or running (read without the lock: a hint)."""
         return any(self.visible.values())
 
-    def release(self, keys: Iterable[ChunkRequest]) -> None:
+    def release(self, keys: Iterable[ChunkRequest], before: float) -> None:
         """Reads of ``keys`` in flight are not kept when they end (their waiters still get
-        them): a steady pattern passed them while they were read. A reader joining one later
-        that caches keeps it again (:meth:`_join_locked`)."""
+        them): a steady pattern passed them while they were read, by ``before`` (a
+        ``time.monotonic`` time). A read a reader asked to keep since then stays kept, as
+        does one a reader joining later asks to keep (:meth:`_join_locked`)."""
         with self.lock:
             for key in keys:
                 read = self._reads.get(key)
-                if read is not None:
+                if read is not None and read.kept_at < before:
                     read.keep = False
 
     def get(self, key: ChunkRequest) -> Read | None:
