@@ -215,7 +215,7 @@ def test_a_release_planned_after_a_fetch_leaves_what_the_fetch_cached(in_flight:
         source = ArraySource(values, dims=("time", "y", "x"), chunks=(1, 4, 4),
                              name=f"late-{views_answered_before_the_fetch}")
         if in_flight:  # the fetch's reads are still running when the plan is made
-            source = LatencySource(source, 0.3)
+            source = LatencySource(source, 1.0)  # (the 16 views below are planned well within it)
         t0 = time.monotonic() - 1.0
         futures = engine.request(source, [(t, 0, 0) for t in range(16)])
         if not in_flight:
