@@ -286,7 +286,6 @@ class Layout:
     length: int  # bytes of each run
     blocks: np.ndarray  # the blocks holding the box, sorted
     spans: tuple[tuple[int, int], ...]  # decoded byte ranges of runs of consecutive blocks
-    decoded: int  # bytes of the blocks
 
 
 #: layouts kept (about 2 kB each with their run offsets: ~2 MB; every pan makes new boxes)
@@ -311,10 +310,9 @@ def layout(shape: tuple[int, ...], itemsize: int, box: Box, blocksize: int, nbyt
             np.add.at(marks, last + 1, -1)
             blocks = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
     spans = tuple((a * blocksize, min(b * blocksize, nbytes)) for a, b in _runs(blocks))
-    decoded = sum(hi - lo for lo, hi in spans)
     starts.flags.writeable = False
     blocks.flags.writeable = False
-    return Layout(starts, length, blocks, spans, decoded)
+    return Layout(starts, length, blocks, spans)
 
 
 def decode_box(
