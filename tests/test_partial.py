@@ -12,6 +12,7 @@ import random
 import struct
 import threading
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -339,3 +340,41 @@ def test_a_frame_inside_a_block_of_lz4_streams_decodes_the_block_up_to_its_end(t
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
         delta = tse.stats() - before
         assert delta.part_reads == 1 and delta.bytes_decoded == decoded * frame, t
+
+
+def test_a_frame_of_a_chunks_first_block_reads_that_block_from_disk_not_the_file(tmp_path: Path) -> None:
+    """A cold frame in a chunk's first blosc block reads the chunk's head and that block.
+    The kernel's read-ahead takes a read at a file's start followed by the bytes after it
+    for a sequential read and reads on (``read_ahead_kb``): a plain read of the same ranges
+    is the reference, and where it leaves most of the file in the page cache, the engine's
+    read leaves little of it (``mincore``)."""
+    from tsexplore.testing.pagecache import evict, resident_fraction
+
+    values = np.random.default_rng(0).standard_normal((16, 256, 256)).astype("float32")
+    group = zarr.open_group(str(tmp_path / "n.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array(
+        "data", shape=values.shape, chunks=values.shape, dtype="float32", dimension_names=("time", "y", "x"),
+        compressors=BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", blocksize=256 * 1024),
+    )
+    arr[...] = values
+    chunk = tmp_path / "n.zarr" / "data" / "c" / "0" / "0" / "0"
+    size = os.path.getsize(chunk)
+    if (evict([chunk]) or 0.0) > 0.01 or resident_fraction([chunk]) is None:
+        pytest.skip("the page cache keeps this folder's files (tmpfs?) or mincore is missing")
+    head = 16 + 4 * 16  # blosc header and the offsets of its 16 blocks
+    first = struct.unpack_from("<I", chunk.read_bytes(), 20)[0]  # where block 1 starts
+    evict([chunk])
+    fd = os.open(chunk, os.O_RDONLY)
+    try:
+        os.pread(fd, head, 0)
+        os.pread(fd, first - head, head)
+    finally:
+        os.close(fd)
+    plain = cast(float, resident_fraction([chunk]))
+    if plain < 0.5:
+        pytest.skip(f"this disk reads ahead little ({plain:.0%} of a {size}-byte file after a plain read)")
+    evict([chunk])
+    da = tse.open_dataset(tmp_path / "n.zarr", prefetch="off")["data"]
+    np.testing.assert_array_equal(da.isel(time=0).values, values[0])
+    assert tse.stats().part_reads == 1
+    assert cast(float, resident_fraction([chunk])) < 2 * first / size + 0.05

@@ -445,15 +445,22 @@ class LocalFiles(ByteStore):
         """Each file opened once. Several reads: what the page cache holds is read first
         without waiting for the disk, then the kernel is told of every read left (of every
         file) before any of them is read, so the disk works on all of them at once (telling
-        it of bytes it already holds costs a walk of their pages)."""
+        it of bytes it already holds costs a walk of their pages). A file read only by
+        bounded ranges is read as asked, without the kernel's read-ahead
+        (:func:`no_read_ahead`)."""
         fds: dict[str, int | None] = {}
+        ranged: dict[str, bool] = {}
         plans = []
         try:
             for key, ranges in requests:
                 if key not in fds:
                     fds[key] = _open(self.path(key))
                 fd = fds[key]
+                ranged[key] = ranged.get(key, True) and all(r is not None and r.bounded for r in ranges)
                 plans.append(None if fd is None else self._plan(fd, ranges))
+            for key, fd in fds.items():
+                if fd is not None and ranged[key]:
+                    no_read_ahead(fd)
             several = sum(len(p[0]) for p in plans if p is not None) > 1
             total = sum(sum(b - a for a, b, _ in p[0]) for p in plans if p is not None) if reuse else 0
             arena = _scratch_view(total) if reuse else None
@@ -548,6 +555,21 @@ def hint(fd: int, start: int, length: int) -> None:
     if hasattr(os, "posix_fadvise"):
         try:
             os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+
+
+def no_read_ahead(fd: int) -> None:
+    """Tell the kernel to read of the open file ``fd`` only what is asked
+    (``POSIX_FADV_RANDOM``). Its read-ahead takes a read at a file's start followed by the
+    bytes after it (a blosc chunk's header, then its first blocks) for a sequential read and
+    reads on to ``read_ahead_kb`` (often MiBs: the whole chunk file); a frame of a chunk's
+    first blocks would read its 16 chunk files whole. What a reader's pattern predicts, the
+    engine reads ahead itself (:mod:`tsexplore.engine.prefetch`). Only a hint: where the
+    system refuses, nothing happens."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         except OSError:
             pass
 
