@@ -550,26 +550,27 @@ def _open(path: str) -> int | None:
 
 def hint(fd: int, start: int, length: int) -> None:
     """Ask the kernel to start reading bytes ``start .. start + length`` of the open file
-    ``fd`` (``length`` 0: to its end); only a hint: where the system refuses, nothing
-    happens."""
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
+    ``fd`` (``length`` 0: to its end)."""
+    _fadvise(fd, start, length, "POSIX_FADV_WILLNEED")
 
 
 def no_read_ahead(fd: int) -> None:
     """Tell the kernel to read of the open file ``fd`` only what is asked
     (``POSIX_FADV_RANDOM``). Its read-ahead takes a read at a file's start followed by the
     bytes after it (a blosc chunk's header, then its first blocks) for a sequential read and
-    reads on to ``read_ahead_kb`` (often MiBs: the whole chunk file); a frame of a chunk's
-    first blocks would read its 16 chunk files whole. What a reader's pattern predicts, the
-    engine reads ahead itself (:mod:`tsexplore.engine.prefetch`). Only a hint: where the
-    system refuses, nothing happens."""
-    if hasattr(os, "posix_fadvise"):
+    reads on to ``read_ahead_kb`` (often MiBs: the whole chunk file), so a frame in its
+    chunks' first blocks would read every one of their files whole. What a reader's pattern
+    predicts, the engine reads ahead itself (:mod:`tsexplore.engine.prefetch`)."""
+    _fadvise(fd, 0, 0, "POSIX_FADV_RANDOM")
+
+
+def _fadvise(fd: int, start: int, length: int, advice: str) -> None:
+    """``posix_fadvise`` with ``os``'s constant ``advice``; only a hint: where the system has
+    no such call or advice, or refuses, nothing happens."""
+    value = getattr(os, advice, None)
+    if value is not None and hasattr(os, "posix_fadvise"):
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            os.posix_fadvise(fd, start, length, value)
         except OSError:
             pass
 
