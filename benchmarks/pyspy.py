@@ -6,6 +6,9 @@ C frames; ``--gil`` keeps only samples holding the GIL) and writes, per child, a
 profile (open it at https://www.speedscope.app) and a text summary -- the frames with the most
 *self* time, over all threads and per thread -- into ``benchmarks/results/``. The workload's
 own options follow it; ``--repeat`` defaults to 1 and ``--systems`` to tsexplore here.
+The summary's busy time leaves out threads that wait (their innermost Python frame is a queue,
+a condition, a selector; with ``--native`` the C of the wait sits below it) and, with
+``--native``, threads taking the GIL back after a C call (summed apart: contention for it).
 py-spy needs ptrace rights (root, or ``kernel.yama.ptrace_scope = 0``).
 """
 
@@ -25,9 +28,12 @@ from . import common, runner
 
 #: frames listed in the summary
 TOP = 30
-#: leaf frames of a thread that waits (py-spy samples some of them as busy): left out
+#: the innermost Python frames of a thread that waits (py-spy samples some of them as busy;
+#: with ``--native`` the leaf below them is the C of the wait: a futex, ``epoll_wait``): left out
 WAITING = ("EpollSelector.select ", "Condition.wait ", "_worker (", "Thread.join ",
-           "Thread._wait_for_tstate_lock ", "Event.wait ")
+           "Thread._wait_for_tstate_lock ", "Event.wait ", "Semaphore.acquire ")
+#: C frames of a thread taking the GIL back (``--native``): left out as waiting for the GIL
+GIL_WAITS = ("pthread_cond_timedwait ", "pthread_cond_wait ", "pthread_mutex_lock ")
 #: the benchmark's own RSS sampler thread: left out
 HARNESS = ("tsexplore-bench-rss",)
 
@@ -107,11 +113,17 @@ def summarize(doc: dict[str, Any], title: str, top: int = TOP) -> str:
     #: samples inside an import are not the workload's (imports happen before the timing)
     imports = {i for i, f in enumerate(doc["shared"]["frames"])
                if str(f.get("file", "")).startswith("<frozen importlib")}
+    #: Python frames (a ``--native`` profile adds C frames: shared libraries, addresses)
+    python = {i for i, f in enumerate(doc["shared"]["frames"])
+              if str(f.get("file", "")).endswith(".py") or str(f.get("file", "")).startswith("<")}
+    #: CPython 3.11 takes the GIL back after a C call with a pthread mutex and condition
+    #: (its ``threading`` locks wait on semaphores): a ``--native`` sample there waits for it
+    gil = {i for i, name in enumerate(frames) if name.startswith(GIL_WAITS)}
     total: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     per_thread: dict[str, collections.Counter[str]] = {}
     thread_weight: collections.Counter[str] = collections.Counter()
-    waited = 0.0
+    waited = for_gil = 0.0
     for prof in doc["profiles"]:
         name = str(prof.get("name", "?"))
         if any(h in name for h in HARNESS):
@@ -122,8 +134,12 @@ def summarize(doc: dict[str, Any], title: str, top: int = TOP) -> str:
             if not stack or any(i in imports for i in stack):
                 continue
             leaf = frames[stack[-1]]
-            if leaf.startswith(WAITING):
+            inner = next((frames[i] for i in reversed(stack) if i in python), leaf)
+            if inner.startswith(WAITING):
                 waited += w
+                continue
+            if gil.intersection(stack):
+                for_gil += w
                 continue
             total[leaf] += w
             mine[leaf] += w
@@ -131,8 +147,9 @@ def summarize(doc: dict[str, Any], title: str, top: int = TOP) -> str:
             for f in {frames[i] for i in stack}:
                 inclusive[f] += w
     n = sum(thread_weight.values()) or 1
+    gil_text = f", {for_gil:.1f} s waiting for the GIL" if for_gil else ""
     lines = [f"py-spy profile: {title}; {n:.1f} s busy in all threads (left out: {waited:.1f} s "
-             "waiting, imports, the RSS sampler); percentages of the busy time", "",
+             f"waiting{gil_text}, imports, the RSS sampler); percentages of the busy time", "",
              f"top {top} frames by self time:", "   self%   incl%  frame"]
     for frame, w in total.most_common(top):
         lines.append(f"  {100 * w / n:6.1f}  {100 * inclusive[frame] / n:6.1f}  {frame}")
