@@ -1,7 +1,8 @@
 """Parts of chunks through the engine: thin selections of blosc-compressed Zarr arrays
 decode only the blocks they need (local pread, remote range requests), equal what zarr
 reads, fill absent chunks, stay inside the cache budget with the encoded tier, and count
-what they decoded; other codecs keep whole-chunk decoding.
+what they decoded; other codecs keep whole-chunk decoding (zstd's fronts:
+``test_zstd_front.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import cast
 import numpy as np
 import pytest
 import zarr
-from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import tsexplore as tse
 from tsexplore.engine import ChunkRequest, get_engine, set_cache_bytes
@@ -145,10 +146,11 @@ def test_absent_chunks_fill_their_parts_or_raise(tmp_path: Path) -> None:
         _ = strict.isel(time=5).values
 
 
-@pytest.mark.parametrize("codec", ["zstd", "none", "blosc+crc32c"])
+@pytest.mark.parametrize("codec", ["gzip", "none", "blosc+crc32c", "zstd+crc32c"])
 def test_codecs_without_blocks_keep_whole_chunk_decoding(tmp_path: Path, codec: str) -> None:
     compressors = {
-        "zstd": [ZstdCodec()], "none": [], "blosc+crc32c": [BloscCodec(), Crc32cCodec()],
+        "gzip": [GzipCodec()], "none": [], "blosc+crc32c": [BloscCodec(), Crc32cCodec()],
+        "zstd+crc32c": [ZstdCodec(), Crc32cCodec()],
     }[codec]
     path = tmp_path / "a.zarr"
     values = write(path, compressors=compressors)

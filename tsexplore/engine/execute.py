@@ -49,7 +49,7 @@ from ..errors import (
 )
 from ..sources import buffers
 from ..sources.base import ChunkSource
-from ..sources.requests import SELF, Located, NeedAux
+from ..sources.requests import SELF, Located, MoreBytes, NeedAux, Resumable
 from .absent import AbsentChunks
 from .cache import ChunkCache
 from .context import EngineContext
@@ -61,6 +61,8 @@ from .types import STORED, AuxKey, Blocks, ChunkRequest
 MEMORY = Located("<memory>")
 #: rounds of auxiliary reads before the data: a blosc head, a longer one
 AUX_ROUNDS = 3
+#: reads of a part's bytes: a stream's front read as far as an estimate, then further
+MORE_ROUNDS = 4
 
 
 @dataclass(slots=True, eq=False)
@@ -75,6 +77,7 @@ class Job:
     absent: bool = False  # the store has no such chunk
     moved: int = 0  # bytes moved from the store
     decoded: int = 0  # bytes decoded
+    more: bool = False  # its bytes ended before its part: read ``located`` again (``MoreBytes``)
 
     @property
     def pending(self) -> bool:
@@ -109,7 +112,8 @@ class FetchGroup:
             job.data = bufs[a:b]
             job.moved += sum(len(d) for d in job.data)
             for rng, got in zip(self.ranges[a:b], job.data):
-                if rng is not None and rng.bounded and len(got) != len(rng):
+                if rng is not None and rng.bounded and len(got) != len(rng) and not (
+                        rng.open_end and len(got) < len(rng)):
                     job.error = CorruptChunkError(
                         f"bytes {rng.start}..{rng.stop} of {self.key!r} were asked for, {len(got)} "
                         "came back (the object is shorter than its index or header says)")
@@ -207,6 +211,36 @@ def execute(source: ChunkSource, requests: Sequence[ChunkRequest], services: Ser
             yield Work(lambda job: _read_async(source, job, ctx), selfs, True, source.home)
         else:
             yield Work(lambda job: _read_sync(source, job), selfs)
+    groups = _groups(jobs)
+    if groups:
+        stored_only = all(j.request.part is STORED for g in groups.values() for j in g.jobs)
+        yield Fetch(source.store, list(groups.values()), reuse=not stored_only)
+    todo = [j for j in jobs if j.pending and j.data is not None]
+    for _ in range(MORE_ROUNDS):
+        if not todo:
+            break
+        yield Work(lambda job: _decode(source, job, services), todo)
+        again = [j for j in todo if j.more]
+        for job in again:
+            job.more = False
+        groups = _groups(again)
+        if groups:
+            yield Fetch(source.store, list(groups.values()), reuse=True)
+        todo = [j for j in again if j.pending and j.data is not None]
+    for job in todo:
+        job.error = CorruptChunkError(f"the stored bytes of chunk {job.request.index} still end before "
+                                      f"the part asked for after {MORE_ROUNDS} reads")
+    for job in jobs:
+        if not nested:
+            _check(source, job, services, time.perf_counter() - started)
+        elif job.error is None and job.absent:
+            job.error = source.missing(job.request.index)
+    return jobs
+
+
+def _groups(jobs: list[Job]) -> dict[str, FetchGroup]:
+    """The byte ranges to fetch for the pending jobs that have no bytes yet, by object (a job
+    located in the encoded tier has them; one located nowhere is absent)."""
     groups: dict[str, FetchGroup] = {}
     for job in jobs:
         where = job.located
@@ -220,18 +254,7 @@ def execute(source: ChunkSource, requests: Sequence[ChunkRequest], services: Ser
                 if group is None:
                     group = groups[where.key] = FetchGroup(where.key)
                 group.add(job, where.ranges or (None,))
-    if groups:
-        stored_only = all(j.request.part is STORED for g in groups.values() for j in g.jobs)
-        yield Fetch(source.store, list(groups.values()), reuse=not stored_only)
-    todo = [j for j in jobs if j.pending and j.data is not None]
-    if todo:
-        yield Work(lambda job: _decode(source, job, services), todo)
-    for job in jobs:
-        if not nested:
-            _check(source, job, services, time.perf_counter() - started)
-        elif job.error is None and job.absent:
-            job.error = source.missing(job.request.index)
-    return jobs
+    return groups
 
 
 def _locate(source: ChunkSource, jobs: list[Job], services: Services) -> Generator[Op, None, None]:
@@ -383,7 +406,22 @@ def _decode(source: ChunkSource, job: Job, services: Services) -> None:
             return
         located = job.located
         assert isinstance(located, Located)
-        job.value, job.decoded = source.decode(request, located, data)
+        try:
+            job.value, job.decoded = source.decode(request, located, data)
+        except MoreBytes as more:
+            job.located, job.more = more.located, True
+            return
+        except Exception:
+            if isinstance(located.how, Resumable):  # a broken stream: the next read starts afresh
+                services.cache.discard((located.how.aux,))
+            raise
+        how = located.how
+        if isinstance(how, Resumable):
+            if how.whole is None:
+                services.cache.put(how.aux, how, how.nbytes)
+            else:  # decoded to its end: the chunk itself
+                services.cache.discard((how.aux,))
+                services.cache.put(request.whole, how.whole)
         if located.ranges is None and located is not MEMORY and _keeps_frame(source, request, services):
             frame = _own(data[0])
             services.cache.put(request.stored, frame, frame.nbytes)

@@ -179,7 +179,7 @@ class Engine:
             owner, cancelled = self._table.owner(channel, generation)
             if cancelled:
                 self._cancelled(cancelled)
-        found = self._look_up(keys)
+        found = self._look_up(keys, source)
         waiting = priority is not Priority.SPECULATIVE
         if waiting and not keep:  # before its cached chunks leave the cache (see _answer)
             self._table.note_taken([k for k in keys if k.part is WHOLE])
@@ -199,7 +199,9 @@ class Engine:
                 value = reads.get(key)
                 if found[i] is None and value is not None and not isinstance(value, Admitted):
                     found[i] = value
-            if parts and waiting and not source.is_async:  # local parts: read now, here
+            # local parts of a few blocks: read now, here (a stream's front, megabytes of disk
+            # and decoding, goes to the read threads, which read and decode several at once)
+            if parts and waiting and not source.is_async and getattr(source.blocks, "inline", True):
                 self._read_here([reads[k].read for k in parts if isinstance(reads.get(k), Admitted)])
         out = self._answer(keys, found, reads, priority, keep, tally)
         self.stats.add(tally.items())
@@ -207,15 +209,21 @@ class Engine:
             self._dispatch()
         return out
 
-    def _look_up(self, keys: list[ChunkRequest]) -> list[Any]:
+    def _look_up(self, keys: list[ChunkRequest], source: ChunkSource | None = None) -> list[Any]:
         """Cached values of ``keys``; a part is answered by its whole chunk when that is
-        cached (``keys`` keeps the part)."""
+        cached (``keys`` keeps the part), or by what ``source``'s parts say the cache holds
+        of it (a zstd chunk's decoded front that covers it)."""
         wholes = [k if k.part is WHOLE else k.whole for k in keys]
         found = self.cache.get_many(wholes)
         at = [i for i, (k, v) in enumerate(zip(keys, found)) if v is None and k.part is not WHOLE]
         if at:
             for i, value in zip(at, self.cache.get_many([keys[i] for i in at])):
                 found[i] = value
+            held = getattr(source.blocks, "held", None) if source is not None else None
+            if held is not None:  # a part the cache holds decoded within more (a stream's front)
+                for i in at:
+                    if found[i] is None:
+                        found[i] = held(keys[i], self.cache.get)
         return found
 
     def paced(self, source: ChunkSource) -> bool:
@@ -544,12 +552,13 @@ class Engine:
 
     def cached_indices(self, token: str) -> set[ChunkIndex]:
         """Chunks of source ``token`` the cache holds something of: the decoded chunk, a
-        decoded part, its stored frame or its blosc head (reading it again reads less)."""
+        decoded part, its stored frame, its blosc head or its zstd stream's decoded front
+        (reading it again reads less)."""
         out = set()
         for key in self.cache.keys():
             if isinstance(key, ChunkRequest) and key.array == token:
                 out.add(key.index)
-            elif isinstance(key, AuxKey) and key.array == token and key.kind == "head":
+            elif isinstance(key, AuxKey) and key.array == token and key.kind in ("head", "front"):
                 out.add(key.at)
         return out
 

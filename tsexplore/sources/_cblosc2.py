@@ -13,7 +13,9 @@ decodes only the blocks that hold a range of items (see :mod:`.blosc_partial`).
 :func:`stream_decoder` gives the two pieces of a block's decode that C-Blosc2 exports, for
 decoding only the front of a block (:func:`.blosc_partial.decode_box`): the LZ4 library it
 bundles (``LZ4_decompress_safe_partial``: a stream decoded up to a given length, no further)
-and its byte unshuffle (``blosc2_unshuffle``).
+and its byte unshuffle (``blosc2_unshuffle``). :func:`zstd_stream` gives the streaming
+decoder of the Zstandard library it bundles, for decoding only the front of a zstd chunk
+(:mod:`.zstd_front`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,28 @@ class _DParams(ctypes.Structure):
     ]
 
 
+class ZstdStream(NamedTuple):
+    """Zstandard's streaming decoder, on raw addresses (``ctypes`` lets go of the GIL)."""
+
+    #: ``create() -> context``: a decoding context that writes straight into the caller's
+    #: output buffer (``ZSTD_d_stableOutBuffer``: no window buffer of its own); 0 on failure
+    create: Callable[[], int]
+    #: ``free(context)``
+    free: Callable[[int], None]
+    #: ``decompress(context, dest, capacity, dest_pos, src, src_nbytes, src_pos) -> (code,
+    #: dest_pos, src_pos)``: goes on decoding; ``dest`` and ``capacity`` must be the same at
+    #: every call of a context. ``code`` 0: the frame is decoded to its end; an error when
+    #: ``is_error(code)``
+    decompress: Callable[[int, int, int, int, int, int, int], tuple[int, int, int]]
+    is_error: Callable[[int], bool]
+    error_name: Callable[[int], str]
+    #: ``sizeof(context)``: the bytes a context holds
+    sizeof: Callable[[int], int]
+
+
 _lock = threading.Lock()
+_zstd: ZstdStream | None = None
+_zstd_tried = False
 _loaded: DecodeFn | None = None
 _items: ItemsFn | None = None
 _streams: Streams | None = None
@@ -265,6 +288,108 @@ def _ensure() -> None:
                 if found is not None:
                     _loaded, _items, _streams = found
             _tried = True
+
+
+#: ``ZSTD_d_stableOutBuffer`` (``ZSTD_d_experimentalParam2`` of ``zstd.h``, 1.4.4 and later)
+_STABLE_OUT = 1001
+_ZSTD_MIN_VERSION = 10404
+
+
+def _zstd_of(lib: ctypes.CDLL) -> ZstdStream | None:
+    """The library's Zstandard streaming decoder, where it exports one recent enough."""
+    try:
+        version = lib.ZSTD_versionNumber
+        create, free, set_param = lib.ZSTD_createDCtx, lib.ZSTD_freeDCtx, lib.ZSTD_DCtx_setParameter
+        run, is_error, name, sizeof = (lib.ZSTD_decompressStream_simpleArgs, lib.ZSTD_isError,
+                                       lib.ZSTD_getErrorName, lib.ZSTD_sizeof_DCtx)
+    except AttributeError:
+        return None
+    version.restype = ctypes.c_uint
+    if version() < _ZSTD_MIN_VERSION:
+        return None
+    create.restype = ctypes.c_void_p
+    create.argtypes = []
+    free.restype = ctypes.c_size_t
+    free.argtypes = [ctypes.c_void_p]
+    set_param.restype = ctypes.c_size_t
+    set_param.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    run.restype = ctypes.c_size_t
+    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, size_p,
+                    ctypes.c_void_p, ctypes.c_size_t, size_p]
+    is_error.restype = ctypes.c_uint
+    is_error.argtypes = [ctypes.c_size_t]
+    name.restype = ctypes.c_char_p
+    name.argtypes = [ctypes.c_size_t]
+    sizeof.restype = ctypes.c_size_t
+    sizeof.argtypes = [ctypes.c_void_p]
+
+    def made() -> int:
+        ptr = create()
+        if ptr and is_error(set_param(ptr, _STABLE_OUT, 1)):
+            free(ptr)
+            return 0
+        return int(ptr or 0)
+
+    def freed(ptr: int) -> None:
+        free(ptr)
+
+    def decompress(ptr: int, dest: int, capacity: int, dest_pos: int, src: int, src_nbytes: int,
+                   src_pos: int) -> tuple[int, int, int]:
+        out_pos, in_pos = ctypes.c_size_t(dest_pos), ctypes.c_size_t(src_pos)
+        code = int(run(ptr, dest, capacity, ctypes.byref(out_pos), src, src_nbytes, ctypes.byref(in_pos)))
+        return code, out_pos.value, in_pos.value
+
+    def error_name(code: int) -> str:
+        return (name(code) or b"unknown error").decode("ascii", "replace")
+
+    stream = ZstdStream(made, freed, decompress, lambda code: bool(is_error(code)), error_name,
+                        lambda ptr: int(sizeof(ptr)))
+    return stream if _self_test_zstd(stream) else None
+
+
+def _self_test_zstd(stream: ZstdStream) -> bool:
+    """Decode a frame numcodecs' Zstd wrote in pieces, stopping where the input stops: each
+    front must be the front of the values, and the whole frame the values."""
+    try:
+        from numcodecs import Zstd
+
+        data = (np.arange(300_000, dtype=np.float32) * 0.37) // 3
+        frame = np.frombuffer(Zstd(level=3).encode(data), dtype=np.uint8)
+        out = np.empty(data.nbytes, dtype=np.uint8)
+        ptr = stream.create()
+        if not ptr:
+            return False
+        try:
+            done = used = 0
+            for stop in (frame.size // 3, frame.size // 2, frame.size):
+                code, done, used = stream.decompress(ptr, out.ctypes.data, out.nbytes, done,
+                                                     frame.ctypes.data, stop, used)
+                if stream.is_error(code) or used != stop:
+                    return False
+                if not np.array_equal(out[:done], data.view(np.uint8)[:done]):
+                    return False
+            return code == 0 and done == out.nbytes
+        finally:
+            stream.free(ptr)
+    except Exception:  # noqa: BLE001 - any failure means: do not use this library
+        return False
+
+
+def zstd_stream() -> ZstdStream | None:
+    """The Zstandard streaming decoder C-Blosc2 bundles, or None (not exported, older than
+    1.4.4, or its self-test failed: zstd chunks are then decoded whole)."""
+    global _zstd, _zstd_tried
+    if not _zstd_tried:
+        with _lock:
+            if not _zstd_tried:
+                path = _library_path() if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0" else None
+                try:
+                    _zstd = None if path is None else _zstd_of(ctypes.CDLL(path))
+                except OSError:
+                    _zstd = None
+                _zstd_tried = True
+    return _zstd
 
 
 def decoder() -> DecodeFn | None:

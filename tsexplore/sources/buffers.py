@@ -159,7 +159,7 @@ def size_class(nbytes: int) -> int:
     return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
-def empty(nbytes: int, spare: int = 0, skew: bool = False) -> np.ndarray:
+def empty(nbytes: int, spare: int = 0, skew: bool = False, populate: bool = True) -> np.ndarray:
     """An uninitialised ``uint8`` array of ``nbytes``, recycled when it is no longer used.
 
     ``skew``: the array starts :data:`SKEW` bytes into its buffer (one that pool arrays are
@@ -169,12 +169,16 @@ def empty(nbytes: int, spare: int = 0, skew: bool = False) -> np.ndarray:
     instead). A chunk decoded for the cache leaves a few to the frames readers assemble:
     when both draw on one free list, a read ahead takes the buffer the last frame gave back
     and the reader's next frame first-touches fresh pages while the user waits (measured:
-    play frames of 10-13 ms instead of 3 at the rows the prefetcher decodes ahead)."""
+    play frames of 10-13 ms instead of 3 at the rows the prefetcher decodes ahead).
+
+    ``populate`` False: a fresh mapping's pages are made as its writer asks
+    (:func:`make_pages`) or at their first touch: a buffer written front to back, as far as
+    a stream goes (:mod:`.zstd_front`)."""
     global _free_bytes, _now
     if nbytes < MIN_POOLED:
         return np.empty(nbytes, dtype=np.uint8)
     if skew:  # the root array keeps the buffer; the view past its first bytes keeps the root
-        return empty(nbytes + SKEW, spare)[SKEW:]
+        return empty(nbytes + SKEW, spare, populate=populate)[SKEW:]
     size = size_class(nbytes)
     m = None
     aged = []
@@ -198,7 +202,7 @@ def empty(nbytes: int, spare: int = 0, skew: bool = False) -> np.ndarray:
     if m is None:
         m = mapping(size, huge=False)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
-    if fresh:
+    if fresh and populate:
         _populate(arr)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
@@ -231,6 +235,19 @@ def _populate(arr: np.ndarray) -> None:
     if _madvise(arr.ctypes.data, -(-arr.nbytes // mmap.PAGESIZE) * mmap.PAGESIZE, advice) != 0:
         if ctypes.get_errno() == errno.EINVAL:  # an older kernel: never asked again
             _populate_write = None
+
+
+def make_pages(arr: np.ndarray, start: int, stop: int) -> None:
+    """Make the pages of bytes ``start .. stop`` of ``arr`` (a pool array, not populated) now,
+    in one call without the GIL, before a decoder writes them (see :func:`_populate`)."""
+    advice = _populate_write
+    if advice is None or _madvise is None or stop <= start:
+        return
+    page = mmap.PAGESIZE
+    lo = arr.ctypes.data + start
+    first = lo - lo % page
+    last = -(-(arr.ctypes.data + stop) // page) * page
+    _madvise(first, last - first, advice)
 
 
 def stats() -> dict[str, int]:

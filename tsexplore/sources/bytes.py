@@ -53,10 +53,13 @@ MAX_RUN = 64 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class ByteRange:
     """Bytes ``[start, stop)`` of an object; ``stop=None`` to its end; a negative ``start``
-    with ``stop=None`` is a suffix (the last ``-start`` bytes, see :meth:`suffix`)."""
+    with ``stop=None`` is a suffix (the last ``-start`` bytes, see :meth:`suffix`).
+    ``open_end``: the object may end before ``stop`` (a front of a stream read as far as an
+    estimate): a shorter answer is all there is, not a corrupt object."""
 
     start: int
     stop: int | None = None
+    open_end: bool = False
 
     @classmethod
     def suffix(cls, nbytes: int) -> ByteRange:

@@ -3,7 +3,8 @@
 A :class:`ChunkRequest` names one chunk of one array (the source's token and the chunk's grid
 index) and what of it: its decoded values (:data:`WHOLE`), the decoded values of a box of it
 read from only the blosc blocks that hold the box (:class:`Blocks`), or its stored bytes,
-undecoded (:data:`STORED`). An inner chunk of a sharded array is a whole request on the inner
+undecoded (:data:`STORED`). A box of a zstd chunk is a :class:`Blocks` request too: its
+stream's front, decoded as far as the box's end. An inner chunk of a sharded array is a whole request on the inner
 grid. Requests are frozen and compare equal only to requests: they key the read table and the
 cache. Who wants a read and how much (priority, owner, keep-in-cache) travels beside it, never
 in it.
@@ -14,7 +15,10 @@ index. It lives in the cache's encoded tier.
 
 A source answers a request with where its bytes are (:class:`Located`: an object of its byte
 store, whole or by byte ranges; or that the store has no such chunk), or with the auxiliary
-entry it needs to say so (:class:`NeedAux`).
+entry it needs to say so (:class:`NeedAux`). What decoding leaves to go on from later (a zstd
+chunk's decoded front and its decoder: :class:`Resumable`) travels in ``Located.how`` and is
+kept in the encoded tier; a decode whose bytes ended too early asks for more
+(:class:`MoreBytes`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class Blocks:
-    """A box of the chunk, decoded from only the blosc blocks that hold it."""
+    """A box of the chunk, decoded from only the part of its stored bytes that holds it: the
+    blosc blocks that hold it, or the front of a zstd stream as far as the box's end."""
 
     box: Box
 
@@ -132,10 +137,35 @@ class NeedAux:
     rng: Any
 
 
+class Resumable:
+    """What decoding a part leaves to go on from later: a stream's decoded front and the
+    decoder's state (:class:`~.zstd_front.Front`). The pipeline keeps it in the encoded tier
+    under ``aux``, counted for ``nbytes``, once a decode went on with it; once ``whole`` is
+    set (the stream decoded to its end: the chunk's values), the whole chunk in the decoded
+    tier instead."""
+
+    __slots__ = ()
+    aux: AuxKey
+    whole: Any
+
+    @property
+    def nbytes(self) -> int:
+        raise NotImplementedError
+
+
+class MoreBytes(Exception):  # noqa: N818 - a signal to read again, not an error
+    """The bytes read end before the part does (an estimate of a stream's front came out
+    short): read ``located`` too and decode again."""
+
+    def __init__(self, located: Located) -> None:
+        super().__init__("the stored bytes read end before the part")
+        self.located = located
+
+
 #: a source that reads its chunks itself (npy, NetCDF, images, synthetic, memory, zarr's API)
 SELF = Located("<self>")
 
 __all__ = [
     "SELF", "STORED", "WHOLE", "AuxKey", "Blocks", "Box", "ChunkIndex", "ChunkRequest", "Located",
-    "NeedAux", "Part", "Stored", "Whole",
+    "MoreBytes", "NeedAux", "Part", "Resumable", "Stored", "Whole",
 ]

@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ChunkReadError, MissingChunkError, ReadTimeoutError, SourceError
-from ._cblosc2 import item_decoder
+from ._cblosc2 import item_decoder, zstd_stream
 from .base import DEFAULT_OPTIONS, ChunkIndex, ChunkSource, ReadContext, SourceOptions, native_dtype
 from .bytes import ByteStore
 from .codecs import CodecChain, chain_from_zarr
 from .parts import BloscBlocks
 from .remote import byte_store_for, byte_store_for_zarr, close_async_fs
-from .requests import SELF, AuxKey, Blocks, ChunkRequest, Located, NeedAux
+from .requests import SELF, AuxKey, Blocks, ChunkRequest, Located, NeedAux, Resumable
 from .sharding import ShardLayout, ShardUnits, layout_from_zarr
 from .zarr_meta import (
     STORE_PROTOCOLS,
@@ -47,6 +47,7 @@ from .zarr_meta import (
     open_node,
     variable_meta,
 )
+from .zstd_front import ZstdFronts
 
 __all__ = ["STORE_PROTOCOLS", "ZarrSource", "close_async_fs", "open_node", "open_zarr_group"]
 
@@ -134,14 +135,22 @@ class ZarrSource(ChunkSource):
         # Pickled copies (dask workers) keep the token of the open they came from.
         self.token = f"zarr-{self.root}/{self.path}@{uuid.uuid4().hex[:12]}"
 
-    def _blocks_reader(self) -> BloscBlocks | None:
+    def _blocks_reader(self) -> BloscBlocks | ZstdFronts | None:
         """Parts of chunks from their blosc blocks: for C-ordered blosc chunks without a
         checksum, read natively (not from shards, not from zarr Store objects or blocking
-        filesystems other than local files: those read whole)."""
+        filesystems other than local files: those read whole). Parts of zstd chunks from
+        the fronts of their streams: the same chunks in local files (a front read of a
+        remote object would be a round trip per estimate)."""
         chain = self.chain
         if chain is None or self.shards is not None or chain.crc32c or chain.order != "C":
             return None
-        if getattr(chain.compressor, "codec_id", None) != "blosc" or item_decoder() is None:
+        codec = getattr(chain.compressor, "codec_id", None)
+        if codec == "zstd":
+            stream = zstd_stream()
+            if stream is None or type(self.store).__name__ != "LocalFiles":
+                return None
+            return ZstdFronts(self.chunks, chain.dtype, stream, self._finish_whole)
+        if codec != "blosc" or item_decoder() is None:
             return None
         if self.store.sync and type(self.store).__name__ != "LocalFiles":
             return None
@@ -214,7 +223,8 @@ class ZarrSource(ChunkSource):
                ranges_pay: Callable[[int, int, bool], bool] | None = None) -> Located | NeedAux:
         """Where the bytes of ``request`` are: a shard's byte range (sharded arrays), the
         byte ranges of a box's blosc blocks (``ranges_pay``: see :meth:`BloscBlocks.locate`),
-        or the chunk's whole object. Codec chains left to zarr read themselves."""
+        a zstd stream's front and the bytes after it (:class:`ZstdFronts`), or the chunk's
+        whole object. Codec chains left to zarr read themselves."""
         if self.chain is None:
             return SELF
         index = request.index
@@ -225,6 +235,8 @@ class ZarrSource(ChunkSource):
         box = request.box
         if box is not None and self.blocks is not None:
             return self.blocks.locate(self.token, index, box, self.chunk_key(index), aux, ranges_pay)
+        if isinstance(self.blocks, ZstdFronts):
+            return self.blocks.locate_whole(self.token, index, self.chunk_key(index), aux)
         return Located(self.chunk_key(index))
 
     def parse_aux(self, aux: AuxKey, data: Any) -> tuple[Any, int] | NeedAux:
@@ -245,6 +257,9 @@ class ZarrSource(ChunkSource):
         if isinstance(request.part, Blocks) and self.blocks is not None:
             values, decoded = self.blocks.decode(located, data, index, request.part.box, Where(self, index))
             return (values if values.dtype.isnative else values.astype(self.dtype)), decoded
+        if isinstance(located.how, Resumable):  # the whole chunk, decoded on from its front
+            assert isinstance(self.blocks, ZstdFronts)
+            return self.blocks.decode(located, data, index, None, Where(self, index))
         arr = self._decode_whole(data[0], index)
         if isinstance(request.part, Blocks):  # a part asked of a chunk without blocks
             arr = arr[tuple(slice(lo, hi) for lo, hi in request.part.box)]
@@ -252,7 +267,13 @@ class ZarrSource(ChunkSource):
 
     def _decode_whole(self, buf: Any, index: ChunkIndex) -> np.ndarray:
         assert self.chain is not None
-        arr = self.chain.decode(buf, self.chunks, Where(self, tuple(index)))
+        return self._trim(self.chain.decode(buf, self.chunks, Where(self, tuple(index))), index)
+
+    def _finish_whole(self, arr: np.ndarray, index: ChunkIndex) -> np.ndarray:
+        """A whole chunk decoded as stored (shape and byte order) as this source gives it."""
+        return self._trim(arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("=")), index)
+
+    def _trim(self, arr: np.ndarray, index: ChunkIndex) -> np.ndarray:
         trimmed = self.chunk_shape(index)
         if trimmed != self.chunks:  # an edge chunk
             arr = np.ascontiguousarray(arr[tuple(slice(0, n) for n in trimmed)])
