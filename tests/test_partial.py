@@ -27,6 +27,7 @@ from tsexplore.engine.types import STORED, WHOLE, AuxKey, Blocks
 from tsexplore.errors import CorruptChunkError, MissingChunkError
 from tsexplore.sources._cblosc2 import item_decoder
 from tsexplore.sources.link import LinkModel
+from tsexplore.testing.threads import hammer
 
 pytestmark = pytest.mark.skipif(item_decoder() is None, reason="C-Blosc2 is not loaded")
 
@@ -222,24 +223,16 @@ def test_parts_and_frames_stay_within_the_budget_under_eight_threads(tmp_path: P
     budget = 150_000  # a few stored frames and decoded chunks
     set_cache_bytes(budget)
     da = tse.open_dataset(tmp_path / "a.zarr")["data"]
-    errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
         r = random.Random(seed)
-        try:
-            for _ in range(25):
-                t, y, x = r.randrange(40), r.randrange(64), r.randrange(96)
-                key = r.choice([(t,), (slice(None), y, x), (slice(t, t + 2), slice(y, None)),
-                                (slice(0, 16), slice(0, 32), slice(0, 32))])
-                np.testing.assert_array_equal(da[key].values, ortho(values, key))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for _ in range(25):
+            t, y, x = r.randrange(40), r.randrange(64), r.randrange(96)
+            key = r.choice([(t,), (slice(None), y, x), (slice(t, t + 2), slice(y, None)),
+                            (slice(0, 16), slice(0, 32), slice(0, 32))])
+            np.testing.assert_array_equal(da[key].values, ortho(values, key))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    errors = hammer(worker, timeout=60)
     assert not errors, errors[0]
     snap = tse.stats()
     assert snap.cache_high_water <= budget and snap.evictions > 0

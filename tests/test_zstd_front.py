@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from tsexplore.engine.types import AuxKey
 from tsexplore.errors import CorruptChunkError, MissingChunkError
 from tsexplore.sources import zstd_front
 from tsexplore.sources._cblosc2 import zstd_stream
+from tsexplore.testing.threads import hammer
 
 pytestmark = pytest.mark.skipif(zstd_stream() is None, reason="C-Blosc2's Zstandard is not loaded")
 
@@ -219,23 +219,15 @@ def test_fronts_stay_within_the_budget_under_eight_threads(tmp_path: Path) -> No
     budget = 3 * math.prod(BIG_CHUNKS) * 4  # three fronts or chunks
     set_cache_bytes(budget)
     da = tse.open_dataset(path)["data"]
-    errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
         r = random.Random(seed)
-        try:
-            for _ in range(20):
-                t, y, x = r.randrange(32), r.randrange(128), r.randrange(256)
-                key = r.choice([(t,), (slice(None), y, x), (t, slice(y, None)), (slice(0, 16), slice(0, 64))])
-                np.testing.assert_array_equal(da[key].values, values[key])
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for _ in range(20):
+            t, y, x = r.randrange(32), r.randrange(128), r.randrange(256)
+            key = r.choice([(t,), (slice(None), y, x), (t, slice(y, None)), (slice(0, 16), slice(0, 64))])
+            np.testing.assert_array_equal(da[key].values, values[key])
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    errors = hammer(worker)
     assert not errors, errors[0]
     snap = tse.stats()
     assert snap.cache_high_water <= budget and snap.evictions > 0 and snap.part_reads > 0
