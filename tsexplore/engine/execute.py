@@ -216,20 +216,21 @@ def execute(source: ChunkSource, requests: Sequence[ChunkRequest], services: Ser
         stored_only = all(j.request.part is STORED for g in groups.values() for j in g.jobs)
         yield Fetch(source.store, list(groups.values()), reuse=not stored_only)
     todo = [j for j in jobs if j.pending and j.data is not None]
-    for _ in range(MORE_ROUNDS):
+    for reads in range(1, MORE_ROUNDS + 1):
         if not todo:
             break
         yield Work(lambda job: _decode(source, job, services), todo)
         again = [j for j in todo if j.more]
+        todo = []
         for job in again:
             job.more = False
+            if reads == MORE_ROUNDS:
+                job.error = CorruptChunkError(f"the stored bytes of chunk {job.request.index} still end "
+                                              f"before the part asked for after {reads} reads")
         groups = _groups(again)
         if groups:
             yield Fetch(source.store, list(groups.values()), reuse=True)
-        todo = [j for j in again if j.pending and j.data is not None]
-    for job in todo:
-        job.error = CorruptChunkError(f"the stored bytes of chunk {job.request.index} still end before "
-                                      f"the part asked for after {MORE_ROUNDS} reads")
+            todo = [j for j in again if j.pending and j.data is not None]
     for job in jobs:
         if not nested:
             _check(source, job, services, time.perf_counter() - started)

@@ -83,7 +83,6 @@ class ZstdStream(NamedTuple):
 
 _lock = threading.Lock()
 _zstd: ZstdStream | None = None
-_zstd_tried = False
 _loaded: DecodeFn | None = None
 _items: ItemsFn | None = None
 _streams: Streams | None = None
@@ -102,11 +101,7 @@ def _library_path() -> str | None:
     return None
 
 
-def _load() -> tuple[DecodeFn, ItemsFn, Streams | None] | None:
-    path = _library_path()
-    if path is None:
-        return None
-    lib = ctypes.CDLL(path)
+def _load(lib: ctypes.CDLL) -> tuple[DecodeFn, ItemsFn, Streams | None] | None:
     lib.blosc2_init.restype = None
     lib.blosc2_init.argtypes = []
     lib.blosc2_create_dctx.restype = ctypes.c_void_p
@@ -277,12 +272,17 @@ def _self_test_streams(streams: Streams) -> bool:
 
 
 def _ensure() -> None:
-    global _loaded, _items, _streams, _tried
+    """Open the library once and take what passes its self-test: the blosc decoders, and
+    Zstandard's streaming decoder."""
+    global _loaded, _items, _streams, _zstd, _tried
     with _lock:
         if not _tried:
-            if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0":
+            path = _library_path() if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0" else None
+            if path is not None:
                 try:
-                    found = _load()
+                    lib = ctypes.CDLL(path)
+                    found = _load(lib)
+                    _zstd = _zstd_of(lib)
                 except OSError:
                     found = None
                 if found is not None:
@@ -379,16 +379,8 @@ def _self_test_zstd(stream: ZstdStream) -> bool:
 def zstd_stream() -> ZstdStream | None:
     """The Zstandard streaming decoder C-Blosc2 bundles, or None (not exported, older than
     1.4.4, or its self-test failed: zstd chunks are then decoded whole)."""
-    global _zstd, _zstd_tried
-    if not _zstd_tried:
-        with _lock:
-            if not _zstd_tried:
-                path = _library_path() if os.environ.get("TSEXPLORE_CBLOSC2", "1") != "0" else None
-                try:
-                    _zstd = None if path is None else _zstd_of(ctypes.CDLL(path))
-                except OSError:
-                    _zstd = None
-                _zstd_tried = True
+    if not _tried:
+        _ensure()
     return _zstd
 
 

@@ -203,7 +203,7 @@ def empty(nbytes: int, spare: int = 0, skew: bool = False, populate: bool = True
         m = mapping(size, huge=False)
     arr = np.frombuffer(m, dtype=np.uint8, count=nbytes)
     if fresh and populate:
-        _populate(arr)
+        make_pages(arr)
     weakref.finalize(arr, _give_back, m, size).atexit = False
     return arr
 
@@ -222,32 +222,25 @@ def mapping(size: int, huge: bool) -> mmap.mmap:
     return m
 
 
-def _populate(arr: np.ndarray) -> None:
-    """Make the pages of ``arr`` (the start of a new mapping) now; a size class's tail stays
-    untouched, as the budget counts the array. ``madvise`` is called through ``ctypes``,
-    which lets go of the GIL: making 4 MiB of pages takes about a millisecond, which
-    ``mmap.madvise`` would hold every other thread of the process for. Where the system
-    cannot, the pages are made at their first touch."""
+def make_pages(arr: np.ndarray, start: int = 0, stop: int | None = None) -> None:
+    """Make the pages of bytes ``start .. stop`` (default: all) of ``arr`` (a pool array) now,
+    before a decoder writes them: a new mapping's whole array (a size class's tail stays
+    untouched, as the budget counts the array), or a stream's next stretch. ``madvise`` is
+    called through ``ctypes``, which lets go of the GIL: making 4 MiB of pages takes about a
+    millisecond, which ``mmap.madvise`` would hold every other thread of the process for.
+    Where the system cannot, the pages are made at their first touch."""
     global _populate_write
     advice = _populate_write
-    if advice is None or _madvise is None:
-        return
-    if _madvise(arr.ctypes.data, -(-arr.nbytes // mmap.PAGESIZE) * mmap.PAGESIZE, advice) != 0:
-        if ctypes.get_errno() == errno.EINVAL:  # an older kernel: never asked again
-            _populate_write = None
-
-
-def make_pages(arr: np.ndarray, start: int, stop: int) -> None:
-    """Make the pages of bytes ``start .. stop`` of ``arr`` (a pool array, not populated) now,
-    in one call without the GIL, before a decoder writes them (see :func:`_populate`)."""
-    advice = _populate_write
+    stop = arr.nbytes if stop is None else stop
     if advice is None or _madvise is None or stop <= start:
         return
     page = mmap.PAGESIZE
     lo = arr.ctypes.data + start
     first = lo - lo % page
     last = -(-(arr.ctypes.data + stop) // page) * page
-    _madvise(first, last - first, advice)
+    if _madvise(first, last - first, advice) != 0:
+        if ctypes.get_errno() == errno.EINVAL:  # an older kernel: never asked again
+            _populate_write = None
 
 
 def stats() -> dict[str, int]:

@@ -4,10 +4,10 @@ A :class:`ChunkRequest` names one chunk of one array (the source's token and the
 index) and what of it: its decoded values (:data:`WHOLE`), the decoded values of a box of it
 read from only the blosc blocks that hold the box (:class:`Blocks`), or its stored bytes,
 undecoded (:data:`STORED`). A box of a zstd chunk is a :class:`Blocks` request too: its
-stream's front, decoded as far as the box's end. An inner chunk of a sharded array is a whole request on the inner
-grid. Requests are frozen and compare equal only to requests: they key the read table and the
-cache. Who wants a read and how much (priority, owner, keep-in-cache) travels beside it, never
-in it.
+stream's front, decoded as far as the box's end. An inner chunk of a sharded array is a whole
+request on the inner grid. Requests are frozen and compare equal only to requests: they key
+the read table and the cache. Who wants a read and how much (priority, owner,
+keep-in-cache) travels beside it, never in it.
 
 An :class:`AuxKey` names what a store holds besides chunks that a read needs first to find a
 chunk's bytes: a blosc frame's head (header and block table), a shard's index, a file's chunk

@@ -258,9 +258,6 @@ class ZstdFronts:
             return Located(key)
         return Located(key, (ByteRange(front.consumed),), front)
 
-    def parse_head(self, aux: AuxKey, key: str, data: Any, where: object) -> tuple[Any, int]:
-        raise AssertionError("a zstd front needs no auxiliary read")  # locate never asks for one
-
     # -- decode ------------------------------------------------------------------------------
     def decode(self, located: Located, data: list[Any], index: ChunkIndex, box: Box | None,
                where: object) -> tuple[np.ndarray, int]:
