@@ -3,7 +3,8 @@
 - ``jump``: 200 random frames of the cube (``--frames``) in random order, each system in a
   fresh process with a cold page cache and an empty cache, for each of several random orders
   (``--seeds``, default 1,2,3,7,11; ``--revisit``: 7,19,23,1,2): per seed, per-frame latency
-  p50 / p95 / max, page faults and CPU per frame, tsexplore's decoded / useful bytes. The
+  p50 / p95 / max, page faults and CPU per frame, tsexplore's decoded / useful bytes (on blosc
+  cubes beside :func:`decoded_floor`: what decoding only each frame's blocks decodes). The
   frames split in two: *cold* ones, the first of the order in their chunk-row (every system
   reads their chunks from the disk), and *revisits* (a later frame of a chunk-row seen before:
   a cache's hit, the page cache's for a loop without one): the p95 of the cold frames and the
@@ -24,6 +25,7 @@ first system's (sampled sums, rtol 1e-6).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from collections.abc import Callable
@@ -242,6 +244,8 @@ def _main(bench: str, argv: list[str]) -> int:
                                      "cpu_ms_per_frame", "peak_rss_mb"] if bench == "jump" else
                                     ["profile_ms", "open_s", "decoded_ratio", "peak_rss_mb"]))
     doc["agreement"] = _agreement(runs)
+    if bench == "jump":
+        doc["decoded_floor"] = {tag: decoded_floor(spec.path, order) for tag, order in orders.items()}
     doc["targets"] = _targets(bench, doc, args.remote, spec.cube)
     what = (f"{frames} random frames of {nt}" + (" drawn with replacement" if revisit else "")
             + f", seeds {','.join(map(str, seeds))}"
@@ -250,6 +254,35 @@ def _main(bench: str, argv: list[str]) -> int:
              f"cache; median of {args.repeat} runs, each system in its own process)")
     report.report(doc, metrics, title, args.json_only)
     return report.exit_status(doc, args.check)
+
+
+def decoded_floor(store: str | os.PathLike[str], order: list[int]) -> float | None:
+    """Decoded / useful bytes of decoding, for each frame of ``order``, only the blosc blocks
+    of its chunks that hold it -- each run of blocks up to the frame's last byte where the
+    blocks decode by the fronts of their LZ4 streams, whole blocks otherwise -- and keeping
+    no decoded bytes from one frame to the next: tsexplore's ``decode_box`` on the first
+    chunk of variable ``temp`` (every chunk of these cubes is whole and alike). What a
+    reader of single frames decodes at least with these blocks. None: not one blosc codec."""
+    import numpy as np
+
+    from tsexplore.sources.blosc_partial import PartsUnsupported, decode_box, parse_head
+
+    from .naive import StoredArray
+
+    arr = StoredArray(os.path.join(store, "temp"))
+    if len(arr.codecs) != 1 or type(arr.codecs[0]).__name__ != "Blosc" or not order:
+        return None
+    try:
+        with open(arr.path((0,) * len(arr.shape)), "rb") as f:
+            buf = np.frombuffer(f.read(), dtype=np.uint8)
+        head = parse_head(buf, "chunk 0")
+    except (OSError, PartsUnsupported):
+        return None
+    depth, rest = arr.chunks[0], tuple((0, n) for n in arr.chunks[1:])
+    decoded = [decode_box(buf, head, arr.chunks, arr.dtype, ((t, t + 1), *rest), "chunk 0")[1]
+               for t in range(depth)]
+    useful = int(np.prod(arr.chunks[1:])) * arr.dtype.itemsize
+    return sum(decoded[t % depth] for t in order) / (len(order) * useful)
 
 
 def _agreement(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -293,7 +326,9 @@ def _targets(bench: str, doc: dict[str, Any], remote: bool, cube: str = "own"
                                  p95, "<=", 25.0, "ms"))
         if CUBES.get(cube) is None or CUBES[cube].blosc:
             ratio, at = worst("decoded_ratio")
-            out.append(report.target(f"tsexplore decoded/useful, every seed (worst: {at or '-'})",
+            floor = (doc.get("decoded_floor") or {}).get(at)
+            beside = f"; decoding only each frame's blocks: {floor:.3f}" if floor is not None else ""
+            out.append(report.target(f"tsexplore decoded/useful, every seed (worst: {at or '-'}{beside})",
                                      ratio, "<=", 1.5, "x"))
     issued, _ = worst("prefetch_issued")
     if issued is not None and issued > 16:  # (a steady run now and then may probe)
