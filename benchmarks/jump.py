@@ -267,14 +267,18 @@ def decoded_floor(store: str | os.PathLike[str], order: list[int]) -> float | No
     blocks decode by the fronts of their LZ4 streams, whole blocks otherwise -- and keeping
     no decoded bytes from one frame to the next: tsexplore's ``decode_box`` on the first
     chunk of variable ``temp`` (every chunk of these cubes is whole and alike). What a
-    reader of single frames decodes at least with these blocks. None: not one blosc codec."""
+    reader of single frames decodes at least with these blocks. None: not one blosc codec
+    (or not a local, unsharded array)."""
     import numpy as np
 
     from tsexplore.sources.blosc_partial import PartsUnsupported, decode_box, parse_head
 
     from .naive import StoredArray
 
-    arr = StoredArray(os.path.join(store, "temp"))
+    try:
+        arr = StoredArray(os.path.join(store, "temp"))
+    except (OSError, ValueError, KeyError):  # not a local unsharded Zarr array
+        return None
     if len(arr.codecs) != 1 or type(arr.codecs[0]).__name__ != "Blosc" or not order:
         return None
     try:
@@ -297,7 +301,7 @@ def read_floor(store: str | os.PathLike[str], orders: dict[str, list[int]]) -> d
     the stream has decoded the frame's last byte (tsexplore's ``Front`` fed 16 KiB at a time,
     on the 16 chunks of the first row, for every row) -- at the rate one cold chunk-row is
     read with 4 threads (measured here, median of 3). Decoding is left out: a floor. None:
-    not one zstd codec."""
+    not one zstd codec (or not a local, unsharded array)."""
     import concurrent.futures as cf
 
     import numpy as np
@@ -309,7 +313,10 @@ def read_floor(store: str | os.PathLike[str], orders: dict[str, list[int]]) -> d
     from .naive import StoredArray
     from .pagecache import cold_cache
 
-    arr = StoredArray(os.path.join(store, "temp"))
+    try:
+        arr = StoredArray(os.path.join(store, "temp"))
+    except (OSError, ValueError, KeyError):  # not a local unsharded Zarr array
+        return None
     stream = zstd_stream()
     if len(arr.codecs) != 1 or type(arr.codecs[0]).__name__ != "Zstd" or stream is None or not orders:
         return None
