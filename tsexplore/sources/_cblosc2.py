@@ -331,9 +331,6 @@ def _zstd_of(lib: ctypes.CDLL) -> ZstdStream | None:
             return 0
         return int(ptr or 0)
 
-    def freed(ptr: int) -> None:
-        free(ptr)
-
     def decompress(ptr: int, dest: int, capacity: int, dest_pos: int, src: int, src_nbytes: int,
                    src_pos: int) -> tuple[int, int, int]:
         out_pos, in_pos = ctypes.c_size_t(dest_pos), ctypes.c_size_t(src_pos)
@@ -343,7 +340,7 @@ def _zstd_of(lib: ctypes.CDLL) -> ZstdStream | None:
     def error_name(code: int) -> str:
         return (name(code) or b"unknown error").decode("ascii", "replace")
 
-    stream = ZstdStream(made, freed, decompress, lambda code: bool(is_error(code)), error_name,
+    stream = ZstdStream(made, free, decompress, lambda code: bool(is_error(code)), error_name,
                         lambda ptr: int(sizeof(ptr)))
     return stream if _self_test_zstd(stream) else None
 

@@ -271,7 +271,7 @@ class ZarrSource(ChunkSource):
 
     def _finish_whole(self, arr: np.ndarray, index: ChunkIndex) -> np.ndarray:
         """A whole chunk decoded as stored (shape and byte order) as this source gives it."""
-        return self._trim(arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("=")), index)
+        return self._trim(arr if arr.dtype.isnative else arr.astype(native_dtype(arr.dtype)), index)
 
     def _trim(self, arr: np.ndarray, index: ChunkIndex) -> np.ndarray:
         trimmed = self.chunk_shape(index)
