@@ -13,8 +13,12 @@ The lock guards only the dictionary and the counters; it is never held while rea
 decoding. Anything larger than the whole budget is returned to its caller but not kept.
 ``bytes_now`` (both tiers) never exceeds ``budget`` (checked by the 8-thread hammer test),
 and ``high_water`` records the largest ``bytes_now`` ever seen. Memory held outside the cache
-for the same budget (the recycled buffers: :mod:`tsexplore.sources.buffers`) is given up
-first: ``outside`` (``trim(to)``) is asked to hold at most what a new entry leaves.
+for the same budget (the recycled buffers: :mod:`tsexplore.sources.buffers`) holds at most
+what the cache leaves: after each new entry ``outside`` (``trim(to)``) is told what that is.
+A full cache leaves ``reserve(budget)`` bytes to that memory: it evicts down to ``budget -
+reserve`` to fit a new entry, so the buffers of what it evicts, and the frames readers drop,
+are held for the next decode instead of unmapped; the decoders would otherwise map fresh
+pages for every chunk while the cache stays full (browsing an array larger than the budget).
 """
 
 from __future__ import annotations
@@ -49,9 +53,14 @@ class _Held:
 class ChunkCache:
     """An LRU of decoded chunks and encoded bytes bounded by ``budget`` bytes."""
 
-    def __init__(self, budget: int, outside: Callable[[int], object] | None = None) -> None:
+    def __init__(
+        self, budget: int, outside: Callable[[int], object] | None = None,
+        reserve: Callable[[int], int] | None = None,
+    ) -> None:
         #: ``outside(to)``: memory counted in the same budget, trimmed to ``to`` bytes to make room
         self.outside = outside
+        #: ``reserve(budget)``: bytes of the budget a full cache leaves to ``outside``'s memory
+        self.reserve = reserve
         self._lock = threading.Lock()
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._pins: dict[Hashable, int] = {}
@@ -81,6 +90,9 @@ class ChunkCache:
         with self._lock:
             self._budget = budget
             self._evict_to(budget, protect_pins=False)
+
+    def _reserve(self) -> int:
+        return 0 if self.reserve is None else max(0, min(self._budget, int(self.reserve(self._budget))))
 
     @property
     def headroom(self) -> int:
@@ -126,13 +138,14 @@ class ChunkCache:
             value = _Held(value, size)
         else:
             size = value.nbytes
-        if self.outside is not None:  # what the budget holds outside the cache goes first
-            self.outside(self._budget - self.bytes_now - size)
+        reserve = self._reserve()
         with self._lock:
             self._pop_locked(key)
             if size > self._budget:
                 return False
-            if not self._evict_to(self._budget - size, protect_pins=True):
+            # down to the reserve when evicting (pins permitting), within the budget at least
+            self._evict_to(self._budget - reserve - size, protect_pins=True)
+            if self.bytes_now > self._budget - size:
                 return False
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
@@ -145,7 +158,10 @@ class ChunkCache:
             elif key in self._pins:
                 self.pinned_bytes += size
             self.high_water = max(self.high_water, self.bytes_now)
-            return True
+            left = self._budget - self.bytes_now
+        if self.outside is not None:  # the memory outside holds what the cache leaves
+            self.outside(left)
+        return True
 
     def _pop_locked(self, key: Hashable) -> Any:
         """Remove ``key`` (lock held); its value or None."""

@@ -50,8 +50,15 @@ from .reads import CATCH_UP_LEAD, Admitted, Read, ReadTable, Tally
 from .stats import Stats, StatsSnapshot
 from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
-#: the recycled buffers may hold at most this share of the budget, and this much at most
+#: the recycled buffers may hold at most this share of the budget, and this much at most;
+#: a full cache leaves them POOL_LEAST of it (this share of a smaller budget)
 POOL_SHARE, POOL_MOST, POOL_LEAST = 8, 512 << 20, 64 << 20
+
+
+def pool_reserve(budget: int) -> int:
+    """Bytes of a full cache's budget left to the recycled buffers: what it evicts and the
+    frames readers drop are held there for the next decode instead of unmapped."""
+    return min(POOL_LEAST, budget // POOL_SHARE)
 
 
 class Engine:
@@ -68,6 +75,7 @@ class Engine:
         self._room_before: Callable[[], int] | None = None
         if cache_bytes is None:  # the process's engine: the recycled buffers share its budget
             self.cache.outside = buffers.trim
+            self.cache.reserve = pool_reserve
             self._room_before = buffers.limit_by(self._pool_room)
         self._table = ReadTable()
         #: views busy making a frame; background streams pause for it (see .activity)
