@@ -15,7 +15,9 @@ touching 4 MiB can cost more than decoding it. So arrays of 256 KiB and more are
 - the free list holds at most :func:`pool_limit` bytes, oldest dropped first, and drops a
   buffer not reused within :data:`POOL_AGE` of the pool's allocations;
 - it counts inside the one cache budget: the engine says what the budget leaves
-  (:func:`limit_by`) and the cache trims it (:func:`trim`) before evicting a chunk;
+  (:func:`limit_by`) and the cache trims it (:func:`trim`) to that after each chunk it
+  keeps; a full cache leaves it a reserve of the budget, so the buffers of the chunks it
+  evicts wait here for the next decode;
 - sizes are rounded to size classes (:func:`size_class`: four per power of two), so frames
   whose size changes with every pan and zoom share a few buffers;
 - an array that readers copy pool arrays into (a frame) starts :data:`SKEW` bytes past its
