@@ -261,7 +261,8 @@ def test_the_recycled_buffers_are_counted_inside_the_one_cache_budget():
     tse.config.set(cache_bytes=48 * mib)
     engine = tse.get_engine()
     cache = engine.cache
-    assert pool_reserve(48 * mib) == 6 * mib and pool_reserve(8 << 30) == 64 * mib
+    assert pool_reserve(48 * mib, mib) == 6 * mib and pool_reserve(8 << 30, mib) == 64 * mib
+    assert pool_reserve(48 * mib, buffers.MIN_POOLED - 1) == 0  # not recycled: the whole budget
     buffers.clear()
     for k in range(40):
         assert cache.put(("test", k), np.zeros(mib, np.uint8))

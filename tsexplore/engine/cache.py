@@ -15,10 +15,11 @@ decoding. Anything larger than the whole budget is returned to its caller but no
 and ``high_water`` records the largest ``bytes_now`` ever seen. Memory held outside the cache
 for the same budget (the recycled buffers: :mod:`tsexplore.sources.buffers`) holds at most
 what the cache leaves: after each new entry ``outside`` (``trim(to)``) is told what that is.
-A full cache leaves ``reserve(budget)`` bytes to that memory: it evicts down to ``budget -
-reserve`` to fit a new entry, so the buffers of what it evicts, and the frames readers drop,
-are held for the next decode instead of unmapped; the decoders would otherwise map fresh
-pages for every chunk while the cache stays full (browsing an array larger than the budget).
+A full cache leaves ``reserve(budget, nbytes)`` bytes to that memory: it evicts down to
+``budget - reserve`` to fit a new entry of ``nbytes``, so the buffers of what it evicts, and
+the frames readers drop, are held for the next decode instead of unmapped; the decoders
+would otherwise map fresh pages for every chunk while the cache stays full (browsing an
+array larger than the budget).
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ class ChunkCache:
 
     def __init__(
         self, budget: int, outside: Callable[[int], object] | None = None,
-        reserve: Callable[[int], int] | None = None,
+        reserve: Callable[[int, int], int] | None = None,
     ) -> None:
         #: ``outside(to)``: memory counted in the same budget, trimmed to ``to`` bytes to make room
         self.outside = outside
-        #: ``reserve(budget)``: bytes of the budget a full cache leaves to ``outside``'s memory
+        #: ``reserve(budget, nbytes)``: bytes of the budget a full cache leaves to ``outside``'s
+        #: memory as it makes room for an entry of ``nbytes``
         self.reserve = reserve
         self._lock = threading.Lock()
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
@@ -91,8 +93,8 @@ class ChunkCache:
             self._budget = budget
             self._evict_to(budget, protect_pins=False)
 
-    def _reserve(self) -> int:
-        return 0 if self.reserve is None else max(0, min(self._budget, int(self.reserve(self._budget))))
+    def _reserve(self, nbytes: int) -> int:
+        return 0 if self.reserve is None else max(0, min(self._budget, int(self.reserve(self._budget, nbytes))))
 
     @property
     def headroom(self) -> int:
@@ -138,7 +140,7 @@ class ChunkCache:
             value = _Held(value, size)
         else:
             size = value.nbytes
-        reserve = self._reserve()
+        reserve = self._reserve(size)
         with self._lock:
             self._pop_locked(key)
             if size > self._budget:

@@ -51,14 +51,16 @@ from .stats import Stats, StatsSnapshot
 from .types import WHOLE, AuxKey, ChunkIndex, ChunkRequest, Priority
 
 #: the recycled buffers may hold at most this share of the budget, and this much at most;
-#: a full cache leaves them POOL_LEAST of it (this share of a smaller budget)
+#: a full cache of recycled chunks leaves them POOL_LEAST of it (this share of a smaller budget)
 POOL_SHARE, POOL_MOST, POOL_LEAST = 8, 512 << 20, 64 << 20
 
 
-def pool_reserve(budget: int) -> int:
-    """Bytes of a full cache's budget left to the recycled buffers: what it evicts and the
-    frames readers drop are held there for the next decode instead of unmapped."""
-    return min(POOL_LEAST, budget // POOL_SHARE)
+def pool_reserve(budget: int, nbytes: int) -> int:
+    """Bytes of a full cache's budget left to the recycled buffers as it makes room for an
+    entry of ``nbytes``: what it evicts and the frames readers drop are held there for the
+    next decode instead of unmapped. None for entries too small to be recycled (the cache
+    of small chunks keeps its whole budget)."""
+    return 0 if nbytes < buffers.MIN_POOLED else min(POOL_LEAST, budget // POOL_SHARE)
 
 
 class Engine:
