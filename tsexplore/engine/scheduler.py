@@ -58,7 +58,7 @@ POOL_SHARE, POOL_MOST, POOL_LEAST = 8, 512 << 20, 64 << 20
 def pool_reserve(budget: int, nbytes: int) -> int:
     """Bytes of a full cache's budget left to the recycled buffers as it makes room for an
     entry of ``nbytes``: what it evicts and the frames readers drop are held there for the
-    next decode instead of unmapped. None for entries too small to be recycled (the cache
+    next decode instead of unmapped. Nothing for entries too small to be recycled (a cache
     of small chunks keeps its whole budget)."""
     return 0 if nbytes < buffers.MIN_POOLED else min(POOL_LEAST, budget // POOL_SHARE)
 
