@@ -302,12 +302,12 @@ def test_the_link_model_fetches_ranges_only_when_they_pay() -> None:
     assert 1 << 16 <= link.gap(1 << 16) <= 1 << 24
 
 
-def _zarr_v2_default_blosc(path: Path) -> np.ndarray:
+def _zarr_v2_default_blosc(path: Path, frames: int = 32) -> np.ndarray:
     """A Zarr v2 store written by zarr with numcodecs' ``Blosc()`` defaults (LZ4, clevel 5,
     byte shuffle, blosc's own block size: 512 KiB here, eight frames of a chunk)."""
     import numcodecs
 
-    t, y, x = np.meshgrid(np.arange(32), np.arange(128), np.arange(128), indexing="ij")
+    t, y, x = np.meshgrid(np.arange(frames), np.arange(128), np.arange(128), indexing="ij")
     values = (np.sin(t / 5.0) + np.cos(y / 9.0) * np.sin(x / 7.0)
               + np.random.default_rng(3).normal(0, 0.1, t.shape)).astype("float32")
     group = zarr.open_group(str(path), mode="w", zarr_format=2)
@@ -335,6 +335,61 @@ def test_a_frame_inside_a_block_of_lz4_streams_decodes_the_block_up_to_its_end(t
         np.testing.assert_array_equal(da.isel(time=t).values, values[t])
         delta = tse.stats() - before
         assert delta.part_reads == 1 and delta.bytes_decoded == decoded * frame, t
+
+
+def test_a_frame_that_decodes_its_whole_block_keeps_the_block_for_its_other_frames(tmp_path: Path) -> None:
+    """The last frame of a block of LZ4 streams decodes the block whole: the read asks for
+    the block, a reader keeps it, and the block's other frames are cut from it with nothing
+    read or decoded; a frame decoded by its block's front is one-pass (decoded each time).
+    Against xarray's own zarr backend."""
+    import xarray as xr
+
+    _zarr_v2_default_blosc(tmp_path / "v2.zarr")
+    truth = xr.open_dataset(tmp_path / "v2.zarr", engine="zarr", chunks=None)["data"]
+    da = tse.open_dataset(tmp_path / "v2.zarr", prefetch="off")["data"]
+    xr.testing.assert_identical(da.isel(time=20).load(), truth.isel(time=20))  # learns the block size
+    frame = 128 * 128 * 4
+    before = tse.stats()
+    xr.testing.assert_identical(da.isel(time=31).load(), truth.isel(time=31))  # ends block 1 of chunk 1
+    delta = tse.stats() - before
+    assert delta.part_reads == 1 and delta.bytes_decoded == 8 * frame
+    block = ChunkRequest(da.tse.sources[0].token, (1, 0, 0), Blocks(((8, 16), (0, 128), (0, 128))))
+    assert get_engine().cache.get(block) is not None
+    for t in (27, 24, 30, 25, 29, 26, 28):  # no steady step (a view made ahead would be a hit too)
+        before = tse.stats()
+        xr.testing.assert_identical(da.isel(time=t).load(), truth.isel(time=t))
+        delta = tse.stats() - before
+        assert (delta.part_reads, delta.bytes_decoded, delta.hits) == (0, 0, 1), t
+    for _ in range(2):
+        before = tse.stats()
+        xr.testing.assert_identical(da.isel(time=3).load(), truth.isel(time=3))
+        delta = tse.stats() - before
+        assert (delta.part_reads, delta.bytes_decoded) == (1, 4 * frame)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_frames_with_kept_blocks_equal_xarray_and_decode_at_most_each_frames_blocks(
+        tmp_path: Path, seed: int) -> None:
+    """Every frame in a random order, an edge chunk of 12 frames included (its second block
+    reaches past the array's end: not asked for whole), equals xarray's zarr backend, and the
+    bytes decoded are at most what decoding each frame's blocks alone decodes (blocks of 8
+    frames: a frame ``k`` of its block decodes ``k + 1`` frames of it, the last one all 8)."""
+    import xarray as xr
+
+    _zarr_v2_default_blosc(tmp_path / "v2.zarr", frames=28)
+    truth = xr.open_dataset(tmp_path / "v2.zarr", engine="zarr", chunks=None)["data"]
+    da = tse.open_dataset(tmp_path / "v2.zarr", prefetch="off")["data"]
+    xr.testing.assert_identical(da.isel(time=0).load(), truth.isel(time=0))  # learns the block size
+    order = random.Random(seed).sample(range(28), 28)
+    before = tse.stats()
+    for t in order:
+        xr.testing.assert_identical(da.isel(time=t).load(), truth.isel(time=t))
+    decoded = (tse.stats() - before).bytes_decoded
+    frame = 128 * 128 * 4
+    assert decoded <= sum((t % 16 % 8 + 1) * frame for t in order)
+    last = [t for t in order if t % 16 % 8 == 7 and t < 24]  # ends a block inside the array
+    later = [t for t in order if any(t // 8 == b // 8 and order.index(t) > order.index(b) for b in last)]
+    assert decoded <= sum((t % 16 % 8 + 1) * frame for t in order if t not in later)
 
 
 def test_a_frame_of_a_chunks_first_block_reads_that_block_from_disk_not_the_file(tmp_path: Path) -> None:

@@ -192,6 +192,11 @@ class ViewsAhead:
         track = self._tracks.get(token)
         return track is not None and track.paced
 
+    def goes_on(self, token: str, key: Canon) -> bool:
+        """Whether view ``key`` of source ``token`` moves by its reader's steady step again
+        (a hint, read without the lock)."""
+        return self._goes_on(token, key) is not None
+
     def scrubs(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` (chunks ``chunks``) goes on with its
         reader's scrub: the reader moved by a steady step without pausing, this view moves by

@@ -98,8 +98,12 @@ def read_selection(
         # the cache, or from the read it waited for) instead of copied, when nothing else
         # holds it
         take = view is not None and plan.nchunks == 1 and engine.ahead.passes(source.token, view, source.chunks)
+        # a part whose decode makes its whole blosc block asks for the block, kept for the
+        # block's other rows, unless the reader moves one way by a steady step (they are
+        # behind it, or made ahead of it) or reads once
+        blocks = cache and not (view is not None and engine.ahead.goes_on(source.token, view))
         out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine,
-                    take=take)
+                    take=take, made=blocks)
         seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:
@@ -126,15 +130,17 @@ def _read(
     engine: Engine,
     guess: bool = False,
     take: bool = False,
+    made: bool = False,
 ) -> np.ndarray:
     """Read ``plan`` through the engine (:func:`read_selection`'s read); ``observe``: show it
-    to the prefetcher; ``parts``: thin regions of blosc chunks as their blocks. ``guess``: a
+    to the prefetcher; ``parts``: thin regions of blosc chunks as their blocks; ``made``: a part
+    whose decode makes whole blocks asks for them (:func:`.parts.plan_requests`). ``guess``: a
     view made ahead of its reader (:mod:`.ahead`), which reads no whole chunk of its own (one
     kept could evict a chunk the reader comes back to): lacking one cached or being read, it
     raises ``LookupError`` and the reader reads the view; the parts it needs it reads
     (one-pass: not kept). ``take``: a view of one whole chunk is the chunk itself, taken over
     from the cache or the read it waits for (:func:`_taken`), where it can be."""
-    requests = plan_requests(plan, source, parts)
+    requests = plan_requests(plan, source, parts, made)
     if guess and not engine.holds([r for r in requests if r.part is WHOLE]):
         raise LookupError("the view's whole chunks are not all cached or being read")
     items = engine.submit(source, requests, priority, channel=channel, generation=generation, keep=cache)

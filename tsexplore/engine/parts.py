@@ -14,7 +14,10 @@ pattern, the frame on screen is still read by parts while the prefetcher reads t
 ahead whole, and once they are cached the frames are cut from them. A view that goes on with a
 scrub of local chunks (a steady step shorter than the chunks, no pause:
 :meth:`.ahead.ViewsAhead.scrubs`) asks for whole chunks: the views after it take the rest of
-each, so its parts would be decoded twice.
+each, so its parts would be decoded twice. A part is the box the source says a read of it
+makes (``blocks.made``): a frame whose decode decodes its whole blosc block anyway asks for the
+block, which a reader keeps (``blocks.keeps``), and the block's other frames are cut from it
+(``blocks.held``).
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ def extent(sel: Any) -> tuple[int, int]:
     return int(sel[0]), int(sel[-1]) + 1
 
 
-def plan_requests(plan: SelectionPlan, source: ChunkSource, parts: bool = True) -> list[ChunkRequest]:
+def plan_requests(plan: SelectionPlan, source: ChunkSource, parts: bool = True,
+                  made: bool = False) -> list[ChunkRequest]:
     """The request for each chunk of ``plan`` (in :attr:`SelectionPlan.indices` order);
-    ``parts`` False (``tse.config`` ``partial_decode``): whole chunks only."""
+    ``parts`` False (``tse.config`` ``partial_decode``): whole chunks only. ``made``: a
+    part is the box its read makes (``source.blocks.made``: the whole blosc block when its
+    decode decodes the block anyway), else the selection's box."""
     token = source.token
     blocks = source.blocks
     if blocks is None or not parts or not plan.dims:
@@ -49,11 +55,15 @@ def plan_requests(plan: SelectionPlan, source: ChunkSource, parts: bool = True) 
     per_dim = [[(extent(p[1]), min(c, n - p[0] * c)) for p in d.pieces]
                for d, c, n in zip(plan.dims, source.chunks, source.shape)]
     worth = blocks.worth
+    makes = getattr(blocks, "made", None) if made else None
     out = []
     for index, pieces in zip(plan.indices, itertools.product(*per_dim)):
         box = tuple([p[0] for p in pieces])
-        out.append(ChunkRequest(token, index, Blocks(box)) if worth(box, tuple([p[1] for p in pieces]))
-                   else ChunkRequest(token, index))
+        shape = tuple([p[1] for p in pieces])
+        if not worth(box, shape):
+            out.append(ChunkRequest(token, index))
+        else:
+            out.append(ChunkRequest(token, index, Blocks(box if makes is None else makes(box, shape))))
     return out
 
 

@@ -179,7 +179,8 @@ class Engine:
         request wants it kept), so a scan does not fill the cache with chunks nobody reads
         again. ``skip_taken`` (SPECULATIVE guesses for a one-pass reader): chunks one-pass
         readers have had are not read again (their futures raise RequestCancelledError).
-        Parts a reader asks for are one-pass; parts the prefetcher asks for are kept until a
+        Parts a reader asks for are one-pass, except the whole blocks its source keeps for
+        their other rows (``source.blocks.keeps``); parts the prefetcher asks for are kept until a
         reader takes them. Parts of local chunks a reader waits for are read in its thread.
         """
         self._check_open()
@@ -203,8 +204,14 @@ class Engine:
             whole = [k for k in missing if k.part is WHOLE]
             if whole:
                 reads.update(table.admit(source, lane, whole, priority, owner, keep, tally, get, skip_taken))
-            if parts:  # a reader's parts are one-pass; the prefetcher's are kept
-                reads.update(table.admit(source, lane, parts, priority, owner, not waiting, tally, get, skip_taken))
+            if parts:  # a reader's parts are one-pass but whole blocks its source keeps; the prefetcher's are kept
+                keeps = getattr(source.blocks, "keeps", None)
+                kept = [not waiting or (keep and keeps is not None and keeps(k.box)) for k in parts]
+                for group, keep_them in (([k for k, y in zip(parts, kept) if y], True),
+                                         ([k for k, y in zip(parts, kept) if not y], False)):
+                    if group:
+                        reads.update(table.admit(source, lane, group, priority, owner, keep_them, tally, get,
+                                                 skip_taken))
             for i, key in enumerate(keys):  # cached after all: a read ended since the look-up
                 value = reads.get(key)
                 if found[i] is None and value is not None and not isinstance(value, Admitted):

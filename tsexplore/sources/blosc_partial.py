@@ -358,6 +358,13 @@ def decode_box(
     return out, decoded
 
 
+def decodes_fronts(head: BloscHead) -> bool:
+    """Whether a box that ends inside one of ``head``'s full blocks decodes only the block's
+    front (LZ4 streams of the byte shuffle, the decoder loaded); else such a block decodes
+    whole."""
+    return _fronts(head) is not None
+
+
 def _fronts(head: BloscHead) -> Streams | None:
     """The stream decoder when ``head``'s full blocks are LZ4 streams of the byte shuffle
     (blosc1 header, split into ``typesize`` streams, no bitshuffle or delta), else None."""

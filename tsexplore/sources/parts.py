@@ -32,13 +32,14 @@ from .blosc_partial import (
     PartsUnsupported,
     decode_box,
     decoded_fraction,
+    decodes_fronts,
     head_length,
     layout,
     parse_head,
     sparse_frame,
 )
 from .bytes import ByteRange
-from .requests import AuxKey, ChunkIndex, Located, NeedAux
+from .requests import AuxKey, Blocks, ChunkIndex, ChunkRequest, Located, NeedAux
 
 #: decode a part when it needs at most this share of the chunk's blocks
 PART_FRACTION = 0.5
@@ -63,6 +64,9 @@ class BloscBlocks:
         self.ratio: float | None = None  # stored / decoded bytes, last frame seen
         self._worth: dict[Box, bool] = {}
         self.unsupported = False
+        #: whether a box ending inside a full block decodes only the block's front (learned
+        #: from the frames read; None until one was)
+        self.fronts: bool | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_worth": {}}
@@ -104,6 +108,60 @@ class BloscBlocks:
             self._worth.clear()
         self.head_len = head.head_len
         self.ratio = head.cbytes / max(1, head.nbytes)
+        self.fronts = decodes_fronts(head)
+
+    # -- whole blocks ------------------------------------------------------------------------
+    def block_box(self, box: Box) -> Box | None:
+        """The box of the block that holds ``box``, when the array's blocks are whole rows of
+        the chunk's first axis (two or more) and ``box`` is whole rows inside one block (a
+        frame of a deep chunk); else None."""
+        blocksize, shape = self.blocksize, self.shape
+        if blocksize is None or not box or any(b != (0, n) for b, n in zip(box[1:], shape[1:])):
+            return None
+        row = math.prod(shape[1:]) * self.dtype.itemsize
+        if row == 0 or blocksize % row or blocksize < 2 * row:
+            return None
+        per = blocksize // row
+        lo, hi = box[0]
+        first = lo - lo % per
+        if not lo < hi <= first + per:
+            return None
+        return ((first, min(first + per, shape[0])), *box[1:])
+
+    def made(self, box: Box, shape: tuple[int, ...] | None = None) -> Box:
+        """The box a read of ``box`` asks for: the block that holds it when decoding ``box``
+        decodes that block whole anyway (``box`` ends where the block does, or the blocks do
+        not decode by the fronts of their streams) -- the block's other rows come out of the
+        same decode and are kept for the reads of them (:meth:`keeps`, :meth:`held`) -- else
+        ``box``. ``shape``: the chunk's, trimmed at the array's edge (a block reaching past
+        it is not asked for)."""
+        block = self.block_box(box)
+        if block is None or block == box or (self.fronts and box[0][1] < block[0][1]):
+            return box
+        if shape is not None and block[0][1] > shape[0]:
+            return box
+        return block
+
+    def keeps(self, box: Box) -> bool:
+        """Whether a reader's part ``box`` is kept in the cache (a reader's parts are
+        otherwise one-pass): a whole block of rows, which the reads of its other rows take
+        (:meth:`held`) instead of decoding the block again."""
+        return self.block_box(box) == box
+
+    def held(self, request: ChunkRequest, look: Callable[[Any], Any]) -> np.ndarray | None:
+        """The values of part ``request`` when the cache holds the whole block that holds
+        it (``look``: the cache's), else None: a read-only view of the block's values."""
+        box = request.box
+        if box is None:  # a request for stored bytes
+            return None
+        block = self.block_box(box)
+        if block is None or block == box:
+            return None
+        values = look(ChunkRequest(request.array, request.index, Blocks(block)))
+        if values is None:
+            return None
+        first = block[0][0]
+        return values[box[0][0] - first : box[0][1] - first]  # type: ignore[no-any-return]
 
     def needed(self, box: Box, head: BloscHead | None) -> tuple[int, int]:
         """Stored bytes of the whole frame and of the blocks ``box`` needs (estimated until
