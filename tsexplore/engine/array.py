@@ -101,9 +101,9 @@ def read_selection(
         # a part whose decode makes its whole blosc block asks for the block, kept for the
         # block's other rows, unless the reader moves one way by a steady step (they are
         # behind it, or made ahead of it) or reads once
-        blocks = cache and not (view is not None and engine.ahead.goes_on(source.token, view))
+        whole_blocks = cache and not (view is not None and engine.ahead.goes_on(source.token, view))
         out = _read(source, plan, key, priority, channel, generation, timeout, observe, copy, cache, parts, engine,
-                    take=take, made=blocks)
+                    take=take, made=whole_blocks)
         seconds = time.monotonic() - asked
     engine.count_useful(math.prod(plan.out_shape) * dtype.itemsize)
     if view is not None:

@@ -204,11 +204,13 @@ class Engine:
             whole = [k for k in missing if k.part is WHOLE]
             if whole:
                 reads.update(table.admit(source, lane, whole, priority, owner, keep, tally, get, skip_taken))
-            if parts:  # a reader's parts are one-pass but whole blocks its source keeps; the prefetcher's are kept
-                keeps = getattr(source.blocks, "keeps", None)
-                kept = [not waiting or (keep and keeps is not None and keeps(k.box)) for k in parts]
-                for group, keep_them in (([k for k, y in zip(parts, kept) if y], True),
-                                         ([k for k, y in zip(parts, kept) if not y], False)):
+            if parts:  # the prefetcher's parts are kept; a reader's are one-pass, but the blocks it keeps
+                keeps = getattr(source.blocks, "keeps", None) if waiting and keep else None
+                kept: list[ChunkRequest] = []
+                passing: list[ChunkRequest] = []
+                for k in parts:
+                    (kept if not waiting or (keeps is not None and keeps(k.box)) else passing).append(k)
+                for group, keep_them in ((kept, True), (passing, False)):
                     if group:
                         reads.update(table.admit(source, lane, group, priority, owner, keep_them, tally, get,
                                                  skip_taken))
