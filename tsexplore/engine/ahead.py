@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import ReadTimeoutError
 from .planning import normalize_key
-from .prefetch import shifted_keys
+from .prefetch import STEADY, UNIT_STEADY, shifted_keys
 
 #: a selection compared across views: per axis ``(position,)`` or ``(start, stop, step)``
 #: (negative positions and open slices resolved against the shape)
@@ -199,12 +199,23 @@ class ViewsAhead:
 
     def scrubs(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` (chunks ``chunks``) goes on with its
-        reader's scrub: the reader moved by a steady step without pausing, this view moves by
-        the same step, and the step is shorter than the chunks along its axis (a hint, read
-        without the lock). The views after it need the rest of the chunks it is on, so
-        reading parts of them first would only decode some of their blocks twice."""
-        found = self._goes_on(token, key)
-        return found is not None and not found[0].paced and abs(found[1][1]) < chunks[found[1][0]]
+        reader's scrub: the reader moved without pausing, this view moves by its last step
+        again, as many times in a row as make the prefetcher's pattern steady (from which
+        view on it reads the chunks whole: :data:`~.prefetch.STEADY` steps, two of one
+        element, :data:`~.prefetch.UNIT_STEADY`), and the step is shorter than the chunks
+        along its axis (a hint, read without the lock). The views after it need the rest of
+        the chunks it is on, so reading parts of them first would only decode some of their
+        blocks twice, and on a cold disk read their bytes beside the whole chunks the
+        prefetcher reads."""
+        track = self._tracks.get(token)
+        if track is None or track.last is None or track.paced:
+            return False
+        moved = step(track.last, key)
+        if moved is None or moved != track.step:
+            return False
+        axis, distance = moved
+        seen = 3 if track.steady else 2  # equal steps in a row, this view's included
+        return seen >= (UNIT_STEADY if abs(distance) == 1 else STEADY) and abs(distance) < chunks[axis]
 
     def passes(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` goes on with its reader's steady step and
