@@ -828,17 +828,19 @@ def test_the_prefetch_speeds_up_only_for_a_reader_on_its_heels(monkeypatch) -> N
     assert src.reads == 3  # each was a read ahead the reader used
 
 
-def test_the_prefetch_speeds_up_while_it_reads_the_chunks_the_reader_is_on(
+def test_a_scrub_reads_the_chunks_it_is_on_itself_once_it_is_a_pattern_and_only_those_ahead_as_guesses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A scrub of a local blosc store starts by reading frames by parts; once it is a
-    pattern, the prefetcher reads the view's own chunks whole, and those reads (the reader is
-    on them) run at full speed. Chunks already cached are not read again, and reading only
-    the chunks ahead keeps the cap. (A reader that paces its views has them made by parts
-    instead: no pause here counts as one, however busy the machine.)"""
+    """A scrub of a local blosc store starts by reading frames by parts; at the view that
+    makes it a pattern (the second step of one frame) the reader reads the chunks it is on
+    whole itself, at its own priority (no guess of them, under no cap for guesses), and the
+    prefetcher guesses the chunks ahead. Chunks already cached are not read again, and
+    reading only the chunks ahead keeps the guesses' cap. (A reader that paces its views has
+    them made by parts instead: no pause here counts as one, however busy the machine.)"""
     import xarray as xr
 
     from tsexplore.engine import ahead
+    from tsexplore.engine.types import WHOLE, ChunkRequest
 
     monkeypatch.setattr(ahead, "MIN_PAUSE", 3600.0)
 
@@ -849,17 +851,22 @@ def test_the_prefetch_speeds_up_while_it_reads_the_chunks_the_reader_is_on(
         zarr_format=3)
     da = tse.open_dataset(path)["v"]
     eng = get_engine()
-    table = eng._table
-    for t in range(3):  # frames by parts; the third makes a pattern
+
+    def whole_rows() -> set[int]:
+        return {k.index[0] for k in eng.cache.keys() if isinstance(k, ChunkRequest) and k.part is WHOLE}
+
+    for t in range(2):  # frames by parts: no pattern yet
         np.testing.assert_array_equal(da.isel(time=t).values, data[t])
-        if t < 2:
-            assert table.catching_up_until == 0.0
+    assert tse.stats().part_reads == 2 and 0 not in whole_rows()
+    np.testing.assert_array_equal(da.isel(time=2).values, data[2])  # the pattern: its chunk whole
+    snap = tse.stats()
+    assert snap.part_reads == 2 and 0 in whole_rows(), snap  # read for it, as it waited
     deadline = time.monotonic() + 5  # the engine's thread plans from the read just after it
-    while table.catching_up_until == 0.0 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert table.catching_up_until > time.monotonic()
-    assert eng.speculative_cap("sync") == eng.concurrency("sync")
-    assert tse.stats().part_reads > 0  # the frames before were read by parts
+    while (1 not in whole_rows() or tse.stats().in_flight) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    snap = tse.stats()
+    assert snap.speculative_reads > 0 and 1 in whole_rows(), snap  # the chunks ahead, guessed
+    assert snap.reads - snap.part_reads == 1 + snap.speculative_reads, snap  # row 0 not guessed
 
     tse.close()  # a new engine; the first chunk row read whole (cached) before the scrub
     da = tse.open_dataset(path)["v"]
