@@ -207,15 +207,8 @@ class ViewsAhead:
         the chunks it is on, so reading parts of them first would only decode some of their
         blocks twice, and on a cold disk read their bytes beside the whole chunks the
         prefetcher reads."""
-        track = self._tracks.get(token)
-        if track is None or track.last is None or track.paced:
-            return False
-        moved = step(track.last, key)
-        if moved is None or moved != track.step:
-            return False
-        axis, distance = moved
-        seen = 3 if track.steady else 2  # equal steps in a row, this view's included
-        return seen >= (UNIT_STEADY if abs(distance) == 1 else STEADY) and abs(distance) < chunks[axis]
+        found = self._goes_on(token, key, unit=True)
+        return found is not None and not found[0].paced and abs(found[1][1]) < chunks[found[1][0]]
 
     def passes(self, token: str, key: Canon, chunks: tuple[int, ...]) -> bool:
         """Whether view ``key`` of source ``token`` goes on with its reader's steady step and
@@ -229,14 +222,19 @@ class ViewsAhead:
         axis, distance = found[1]
         return chunks[axis] <= abs(distance) <= 2 * chunks[axis]
 
-    def _goes_on(self, token: str, key: Canon) -> tuple[_Track, tuple[int, int]] | None:
-        """The reader's track and its steady step ``(axis, distance)``, when view ``key``
-        moves by that step again."""
+    def _goes_on(self, token: str, key: Canon, unit: bool = False) -> tuple[_Track, tuple[int, int]] | None:
+        """The reader's track and its step ``(axis, distance)``, when view ``key`` moves by
+        the reader's last step again and that makes :data:`~.prefetch.STEADY` equal steps in
+        a row, this view's included (the reader's steady step); ``unit``: a step of one
+        element already at :data:`~.prefetch.UNIT_STEADY` of them, as the prefetcher counts."""
         track = self._tracks.get(token)
-        if track is None or not track.steady or track.last is None:
+        if track is None or track.last is None:
             return None
         moved = step(track.last, key)
-        return (track, moved) if moved is not None and moved == track.step else None
+        if moved is None or moved != track.step:
+            return None
+        seen = 3 if track.steady else 2  # equal steps in a row, this view's included
+        return (track, moved) if seen >= (UNIT_STEADY if unit and abs(moved[1]) == 1 else STEADY) else None
 
     def close(self, timeout: float = 2.0) -> None:
         """Drop every view made ahead and stop the thread (at most ``timeout`` seconds)."""
